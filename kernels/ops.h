@@ -1,0 +1,219 @@
+/* ops.h - the one operation interface between the model code and a backend.
+ *
+ * worker/model.c computes the forward pass once, calling only this table;
+ * kernels/cpu fills it with plain C loops (the reference), kernels/cuda with
+ * CUDA kernels. Nothing else knows which backend runs.
+ *
+ * Conventions
+ * - Every pointer an op takes is backend memory ("device" memory: host memory
+ *   on the CPU backend), allocated with be->alloc, unless it is marked host.
+ * - Activations are fp32, row-major [n_tokens][dim]; a batch is the tokens of
+ *   several sequences concatenated (struct cs_batch says which is which).
+ * - Weights are struct cs_weight, uploaded once with be->weight_upload, which
+ *   may repack them (the layout behind w->data is the backend's own).
+ * - Batch invariance: the value computed for one token never depends on which
+ *   other tokens share the batch, nor on n_tokens (no split-K chosen by batch
+ *   size, no atomics in reductions). This makes N stages == 1 stage, replay
+ *   after a crash and seeded sampling under load exactly reproducible.
+ * - Every op returns CS_OK or a negative status (CS_ECUDA after logging the
+ *   failing call); ops are asynchronous on the CUDA backend, be->sync waits.
+ */
+#ifndef CS_OPS_H
+#define CS_OPS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdbool.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A matrix of n_out rows of n_in values (ggml {n_in, n_out}); y = W x. */
+struct cs_weight {
+    uint32_t type;        /* enum cs_dtype: F32, F16, BF16 or Q8_0 */
+    int64_t n_in;         /* ne0, contiguous */
+    int64_t n_out;        /* ne1, rows */
+    void *data;           /* backend memory in the backend's layout */
+    size_t bytes;         /* bytes behind data */
+    void *aux;            /* backend-private (e.g. repacked scales); NULL if unused */
+};
+
+/* KV cache of one attention layer, in pages of page_size tokens.
+ * Layout of page p: K [page_size][n_kv_heads][head_dim] then V likewise, of
+ * kv_type elements (F32 or F16; 3-bit pages arrive as a later type). A
+ * sequence's token at position pos lives in page page_table[pos / page_size],
+ * row pos % page_size. Pages are shared by no two live sequences today; prefix
+ * sharing only needs the page table to point at the same page. */
+struct cs_kv_layer {
+    void *pages;          /* n_pages pages, each 2 * page_size * n_kv_heads * head_dim elems */
+    uint32_t kv_type;     /* CS_DTYPE_F32 or CS_DTYPE_F16 */
+    int n_pages;
+    int page_size;
+    int n_kv_heads;
+    int head_dim;
+};
+
+/* Recurrent state of one GDN layer, in slots (one per live sequence, plus
+ * snapshot slots). conv: [n_slots][kernel-1][conv_dim] pre-conv columns,
+ * oldest first; rec: [n_slots][n_v_heads][key_dim][value_dim], fp32. */
+struct cs_gdn_layer {
+    float *conv;
+    float *rec;
+    int n_slots;
+    int conv_dim;
+    int conv_kernel;      /* 4 */
+    int n_k_heads;        /* Gk */
+    int n_v_heads;        /* Hv; value head h uses key head h % Gk */
+    int key_dim;          /* 128 */
+    int value_dim;        /* 128 */
+};
+
+/* The sequences of one step. All arrays are host memory; be->step_begin copies
+ * what a backend needs to the device once per step. Tokens of one sequence
+ * are contiguous and in position order. */
+struct cs_batch {
+    int n_tokens;
+    int n_seqs;
+    const int32_t *tokens;      /* [n_tokens] token ids (stage 0 embeds them) */
+    const int32_t *pos;         /* [n_tokens] position of each token in its sequence */
+    const int32_t *seq_of;      /* [n_tokens] index of its sequence in this batch */
+    const int32_t *seq_start;   /* [n_seqs + 1] first token of each sequence; last = n_tokens */
+    const int32_t *slot;        /* [n_seqs] GDN state slot of each sequence */
+    const int32_t *page_table;  /* [n_seqs][max_pages] KV pages of each sequence */
+    int max_pages;
+};
+
+/* Sampling parameters of one sequence (host memory). The RNG is documented in
+ * kernels/sampler.h so CPU and GPU draw the same numbers. */
+struct cs_sample_params {
+    float temperature;          /* <= 0: greedy (argmax, lowest id wins ties) */
+    int top_k;                  /* <= 0: off */
+    float top_p;                /* >= 1: off */
+    float min_p;                /* <= 0: off */
+    float presence_penalty;     /* OpenAI: on tokens generated so far */
+    float frequency_penalty;
+    float repetition_penalty;   /* 1: off; on prompt and generated tokens (CTRL rule) */
+    uint64_t seed;
+    uint64_t draw;              /* index of this draw in the sequence: the RNG counter */
+    int n_logprobs;             /* -1: none; 0: the chosen token's; n: plus top n (<= 20) */
+    const int32_t *gen_tokens;  /* tokens generated so far (presence/frequency) */
+    int n_gen_tokens;
+    const int32_t *ctx_tokens;  /* prompt + generated (repetition) */
+    int n_ctx_tokens;
+    const int32_t *bias_ids;    /* logit_bias: ids and values */
+    const float *bias_vals;
+    int n_bias;
+    const uint8_t *allowed;     /* optional vocab bitmask (constrained decoding); NULL: all */
+};
+
+#define CS_MAX_TOP_LOGPROBS 20
+
+struct cs_sample_result {
+    int32_t token;
+    float logprob;               /* log-softmax of the chosen token over the logits after penalties
+                                 * and bias, before temperature and truncation (vLLM's convention) */
+    int n_top;
+    int32_t top_ids[CS_MAX_TOP_LOGPROBS];
+    float top_logprobs[CS_MAX_TOP_LOGPROBS];
+};
+
+struct cs_backend {
+    const char *name;           /* "cpu" or "cuda:N" */
+    void *ctx;                  /* backend-private */
+
+    /* ---- memory ---- */
+    int (*alloc)(struct cs_backend *be, void **ptr, size_t bytes);    /* zero-filled */
+    void (*free)(struct cs_backend *be, void *ptr);
+    int (*upload)(struct cs_backend *be, void *dst, const void *host_src, size_t bytes);
+    int (*download)(struct cs_backend *be, void *host_dst, const void *src, size_t bytes);
+    int (*copy)(struct cs_backend *be, void *dst, const void *src, size_t bytes); /* device to device */
+    int (*zero)(struct cs_backend *be, void *dst, size_t bytes);
+    int (*sync)(struct cs_backend *be);
+    /* Free and total device memory in bytes (CPU: the machine's). */
+    int (*mem_info)(struct cs_backend *be, size_t *free_bytes, size_t *total_bytes);
+    /* Upload a ggml-layout tensor (host, e.g. the mmap) as a weight. */
+    int (*weight_upload)(struct cs_backend *be, struct cs_weight *w, uint32_t type,
+                         int64_t n_in, int64_t n_out, const void *host_data);
+    void (*weight_free)(struct cs_backend *be, struct cs_weight *w);
+    /* Called before the ops of a step; the batch stays valid until the next call. */
+    int (*step_begin)(struct cs_backend *be, const struct cs_batch *b);
+
+    /* ---- ops ---- */
+    /* out[t] = row tokens[t] of the embedding table, dequantized. */
+    int (*embed)(struct cs_backend *be, float *out, const struct cs_weight *table,
+                 const struct cs_batch *b);
+    /* out[t] = x[t] / sqrt(mean(x[t]^2) + eps) * w, over dim; out may equal x. */
+    int (*rmsnorm)(struct cs_backend *be, float *out, const float *x, const float *w, int n_tokens,
+                   int dim, float eps);
+    /* ys[i][t] = Ws[i] x[t] for i < n: several weights reading the same input
+     * (GDN's four input projections; gate and up), so a backend may fuse them. */
+    int (*matmul)(struct cs_backend *be, int n, float *const *ys, const struct cs_weight *const *ws,
+                  const float *x, int n_tokens);
+    /* x += y over n values. */
+    int (*add)(struct cs_backend *be, float *x, const float *y, size_t n);
+    /* out = silu(g) * u over n values; out may equal g. */
+    int (*silu_mul)(struct cs_backend *be, float *out, const float *g, const float *u, size_t n);
+
+    /* Attention layer. Per token t and head h the head vector is at
+     * x + t * token_stride + h * head_stride (in floats). Applies
+     * rmsnorm(head) * norm_w then NeoX RoPE on its first rope_dims dims
+     * (dim i pairs with i + rope_dims/2; theta_i = pos * base^(-2i/rope_dims)). */
+    int (*head_norm_rope)(struct cs_backend *be, float *x, int token_stride, int head_stride,
+                          int n_heads, int head_dim, const float *norm_w, int rope_dims,
+                          float rope_base, float eps, const struct cs_batch *b);
+    /* Write k, v ([t][n_kv_heads * head_dim], token stride k_stride/v_stride)
+     * of every token into its sequence's pages at its position. */
+    int (*kv_store)(struct cs_backend *be, struct cs_kv_layer *kv, const float *k, int k_stride,
+                    const float *v, int v_stride, const struct cs_batch *b);
+    /* Causal attention of every token over positions 0..pos of its sequence
+     * (read from the pages, so kv_store first). q head h of token t at
+     * q + t*q_token_stride + h*q_head_stride; query head h uses kv head
+     * h / (n_heads / n_kv_heads). out: [t][n_heads * head_dim]. Softmax in fp32. */
+    int (*attention)(struct cs_backend *be, float *out, const float *q, int q_token_stride,
+                     int q_head_stride, int n_heads, const struct cs_kv_layer *kv, float scale,
+                     const struct cs_batch *b);
+    /* out[t][h][d] *= sigmoid(gate[t*gate_token_stride + h*gate_head_stride + d]). */
+    int (*sigmoid_gate)(struct cs_backend *be, float *out, const float *gate, int gate_token_stride,
+                        int gate_head_stride, int n_heads, int head_dim, int n_tokens);
+
+    /* GDN layer. conv1d_silu: causal depthwise conv of x [t][conv_dim] with
+     * w [conv_dim][kernel] over each sequence's stored columns then x, SiLU,
+     * into y; updates the conv state of each sequence's slot. */
+    int (*conv1d_silu)(struct cs_backend *be, float *y, const float *x, const float *w,
+                       struct cs_gdn_layer *st, const struct cs_batch *b);
+    /* The gated delta rule over y = [q (Gk*Dk) | k (Gk*Dk) | v (Hv*Dv)] per token:
+     * L2-normalise q and k heads (eps), scale q by 1/sqrt(Dk), beta =
+     * sigmoid(beta_raw), g = a * softplus(alpha_raw + dt_bias), then per value
+     * head S = exp(g) S; S += k (beta (v - S^T k))^T; o = S^T q.
+     * Reads/writes each sequence's recurrent state; out: [t][Hv * Dv]. A
+     * backend may run prefill in the chunked form (equal in exact arithmetic). */
+    int (*gdn)(struct cs_backend *be, float *out, const float *y, const float *beta_raw,
+               const float *alpha_raw, const float *a, const float *dt_bias, float eps,
+               struct cs_gdn_layer *st, const struct cs_batch *b);
+    /* Per head of head_dim: x = rmsnorm(x) * w * silu(z), n_tokens * n_heads heads. */
+    int (*gated_rmsnorm)(struct cs_backend *be, float *x, const float *z, const float *w,
+                         int n_heads, int head_dim, float eps, int n_tokens);
+
+    /* Sample one token from each of n rows of logits [n][n_vocab] (modified in
+     * place by penalties, bias and temperature). params and results are host. */
+    int (*sample)(struct cs_backend *be, struct cs_sample_result *results, float *logits,
+                  int n_vocab, const struct cs_sample_params *params, int n);
+
+    void (*destroy)(struct cs_backend *be);
+};
+
+/* Backend constructors. device: "cpu", or a CUDA device index as "0", "1".
+ * cs_backend_cuda_create returns CS_EUNSUPPORTED when built without CUDA. */
+struct cs_backend_cpu_options {
+    int n_threads;        /* 0: all cores */
+    bool int8_matmul;     /* Q8_0 x Q8_1 integer dots like the GPU; false: dequantize to fp32 (reference) */
+};
+int cs_backend_cpu_create(struct cs_backend **out, const struct cs_backend_cpu_options *opt);
+int cs_backend_cuda_create(struct cs_backend **out, int device);
+int cs_backend_create(struct cs_backend **out, const char *device, int n_threads);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
