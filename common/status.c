@@ -51,5 +51,9 @@ void cs_error_prefix(struct cs_error *err, const char *fmt, ...)
     vsnprintf(prefix, sizeof prefix, fmt, ap);
     va_end(ap);
     memcpy(old, err->msg, sizeof old);
-    snprintf(err->msg, sizeof err->msg, "%s: %s", prefix, old);
+    /* the message is cut at its buffer size: keep the prefix, then what fits */
+    int n = snprintf(err->msg, sizeof err->msg, "%s: ", prefix);
+    if (n > 0 && (size_t)n < sizeof err->msg)
+        memcpy(err->msg + n, old, sizeof err->msg - (size_t)n - 1);
+    err->msg[sizeof err->msg - 1] = 0;
 }

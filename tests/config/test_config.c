@@ -1,0 +1,94 @@
+/* test_config.c - proves that the one configuration surface works: defaults,
+ * then the JSON file, then flags, in that precedence; that JSON keys and flags
+ * name the same settings; and that unknown keys, wrong types and missing
+ * values are refused with a message naming the setting. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+#include <string.h>
+
+#include "common/config.h"
+#include "tests/test_util.h"
+
+static void test_config_defaults(void)
+{
+    struct cs_config c;
+    config_defaults(&c);
+    CHECK(strcmp(c.host, "127.0.0.1") == 0);
+    CHECK_EQ_INT(c.port, 8080);
+    CHECK(!c.attach);
+}
+
+static void test_config_precedence(void)
+{
+    char path[] = "/tmp/cs_test_config_XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    const char *json = "{\"port\": 9000, \"host\": \"0.0.0.0\", \"attach\": true, \"mem_fraction\": 0.5}";
+    CHECK(write(fd, json, strlen(json)) == (ssize_t)strlen(json));
+    close(fd);
+    struct cs_config c;
+    config_defaults(&c);
+    char *argv[] = {"x", "--port", "9100", "--config", path, "--no-attach", "--ctx-size=4096", "extra"};
+    char *rest[8];
+    int n_rest = 0;
+    struct cs_error err = {0};
+    int rc = config_parse_args(&c, 8, argv, &n_rest, rest, &err);
+    CHECK_EQ_INT(rc, CS_OK);
+    CHECK_EQ_INT(c.port, 9100);           /* flag beats file */
+    CHECK(strcmp(c.host, "0.0.0.0") == 0); /* file beats default */
+    CHECK(!c.attach);
+    CHECK_EQ_INT(c.ctx_size, 4096);
+    CHECK_NEAR(c.mem_fraction, 0.5, 1e-12);
+    CHECK_EQ_INT(n_rest, 2);
+    CHECK(strcmp(rest[1], "extra") == 0);
+    unlink(path);
+}
+
+static void test_config_errors(void)
+{
+    struct cs_config c;
+    struct cs_error err = {0};
+    config_defaults(&c);
+    CHECK_EQ_INT(config_apply_json(&c, "{\"prot\": 1}", 11, &err), CS_EINVAL);
+    CHECK(strstr(err.msg, "prot") != NULL);
+    CHECK_EQ_INT(config_apply_json(&c, "{\"port\": \"x\"}", 13, &err), CS_EINVAL);
+    CHECK(strstr(err.msg, "port") != NULL);
+    CHECK_EQ_INT(config_apply_json(&c, "{\"port\": 1.5}", 13, &err), CS_EINVAL);
+    CHECK_EQ_INT(config_apply_json(&c, "[1]", 3, &err), CS_EFORMAT);
+    CHECK_EQ_INT(config_apply_json(&c, "{", 1, &err), CS_EFORMAT);
+    char *argv[] = {"x", "--port"};
+    CHECK_EQ_INT(config_parse_args(&c, 2, argv, NULL, NULL, &err), CS_EINVAL);
+    CHECK(strstr(err.msg, "port") != NULL);
+    char *argv2[] = {"x", "--bogus"};
+    CHECK_EQ_INT(config_parse_args(&c, 2, argv2, NULL, NULL, &err), CS_EINVAL);
+    char *argv3[] = {"x", "--port", "80x"};
+    CHECK_EQ_INT(config_parse_args(&c, 3, argv3, NULL, NULL, &err), CS_EINVAL);
+}
+
+static void test_config_json_round_trip(void)
+{
+    struct cs_config a, b;
+    struct cs_error err = {0};
+    config_defaults(&a);
+    a.port = 1234;
+    snprintf(a.api_key, sizeof a.api_key, "secret");
+    char *js = config_to_json(&a, true);
+    CHECK(js != NULL);
+    config_defaults(&b);
+    CHECK_EQ_INT(config_apply_json(&b, js, strlen(js), &err), CS_OK);
+    CHECK(memcmp(&a, &b, sizeof a) == 0);
+    free(js);
+    js = config_to_json(&a, false);
+    CHECK(strstr(js, "secret") == NULL);
+    free(js);
+}
+
+int main(void)
+{
+    RUN(test_config_defaults);
+    RUN(test_config_precedence);
+    RUN(test_config_errors);
+    RUN(test_config_json_round_trip);
+    return test_report();
+}
