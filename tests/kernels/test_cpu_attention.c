@@ -1,0 +1,222 @@
+/* test_cpu_attention.c - proves kv_store + attention: causal GQA softmax
+ * attention over paged F32 and F16 caches equals a naive double-precision
+ * softmax over explicit K/V arrays, for sequences whose earlier positions were
+ * stored in a previous step and whose new tokens are stored in this step, at
+ * small and real (D=256) head sizes; a sequence computed alone equals the same
+ * sequence inside a batch, bit for bit, for 1, 2 and 3 threads; page table
+ * entries out of range are refused with CS_ERANGE. */
+#include "../../common/gguf.h"
+#include "../../common/half.h"
+#include "../../common/status.h"
+#include "kernel_test.h"
+
+#define NS 3
+
+struct cfg {
+    uint32_t kv_type;
+    int D, n_heads, n_kv, page_size, n_pages, max_pages;
+    int prev[NS], len[NS];        /* positions stored earlier, tokens this step */
+    int pages[NS][8];
+};
+
+struct data {
+    float *k[NS], *v[NS];         /* [pos][n_kv * D] for every position */
+    float *q;                     /* [t][n_heads * D] of this step */
+};
+
+static void data_make(struct data *d, const struct cfg *c)
+{
+    int n_tok = 0;
+    for (int s = 0; s < NS; s++) {
+        int n = (c->prev[s] + c->len[s]) * c->n_kv * c->D;
+        d->k[s] = kt_randv(n, 1.0f);
+        d->v[s] = kt_randv(n, 1.0f);
+        if (c->kv_type == CS_DTYPE_F16)
+            for (int i = 0; i < n; i++) {
+                d->k[s][i] = cs_half_to_float(cs_float_to_half(d->k[s][i]));
+                d->v[s][i] = cs_half_to_float(cs_float_to_half(d->v[s][i]));
+            }
+        n_tok += c->len[s];
+    }
+    d->q = kt_randv((size_t)n_tok * c->n_heads * c->D, 2.0f);
+}
+
+/* Run the sequences listed in which[0..n) as one step (after storing their
+ * earlier positions in a previous step) and return out for their tokens. */
+static float *attn_run(int n_threads, const struct cfg *c, const struct data *d, const int *which,
+                       int n)
+{
+    struct cs_backend *be = kt_backend(n_threads, 0);
+    size_t esz = c->kv_type == CS_DTYPE_F32 ? 4 : 2;
+    struct cs_kv_layer kv = {.kv_type = c->kv_type, .n_pages = c->n_pages,
+                             .page_size = c->page_size, .n_kv_heads = c->n_kv, .head_dim = c->D};
+    CHECK_EQ_INT(be->alloc(be, &kv.pages, (size_t)c->n_pages * 2 * c->page_size * c->n_kv * c->D * esz),
+                 CS_OK);
+    int row = c->n_kv * c->D, qrow = c->n_heads * c->D;
+    int lens[NS], starts[NS], zero[NS] = {0};
+    struct kt_batch kb;
+    /* previous step: positions 0..prev-1 */
+    for (int i = 0; i < n; i++) {
+        lens[i] = c->prev[which[i]];
+        starts[i] = 0;
+    }
+    kt_batch_init(&kb, n, lens, zero, NULL, c->max_pages);
+    for (int i = 0; i < n; i++)
+        memcpy(kb.pages + i * c->max_pages, c->pages[which[i]], sizeof(int32_t) * c->max_pages);
+    float *k = calloc((size_t)(kb.b.n_tokens + 1) * row, 4), *v = calloc((size_t)(kb.b.n_tokens + 1) * row, 4);
+    for (int t = 0; t < kb.b.n_tokens; t++) {
+        int s = which[kb.seq_of[t]];
+        memcpy(k + t * row, d->k[s] + kb.pos[t] * row, row * 4);
+        memcpy(v + t * row, d->v[s] + kb.pos[t] * row, row * 4);
+    }
+    CHECK_EQ_INT(be->kv_store(be, &kv, k, row, v, row, &kb.b), CS_OK);
+    free(k);
+    free(v);
+    /* this step */
+    for (int i = 0; i < n; i++) {
+        lens[i] = c->len[which[i]];
+        starts[i] = c->prev[which[i]];
+    }
+    kt_batch_init(&kb, n, lens, starts, NULL, c->max_pages);
+    for (int i = 0; i < n; i++)
+        memcpy(kb.pages + i * c->max_pages, c->pages[which[i]], sizeof(int32_t) * c->max_pages);
+    int nt = kb.b.n_tokens;
+    /* k and v interleaved in one buffer to exercise the strides */
+    float *kvbuf = calloc((size_t)nt * 2 * row, 4), *q = calloc((size_t)nt * qrow, 4);
+    for (int t = 0; t < nt; t++) {
+        int s = which[kb.seq_of[t]], qt = 0;
+        for (int u = 0; u < s; u++)
+            qt += c->len[u];
+        qt += kb.pos[t] - c->prev[s];
+        memcpy(kvbuf + t * 2 * row, d->k[s] + kb.pos[t] * row, row * 4);
+        memcpy(kvbuf + t * 2 * row + row, d->v[s] + kb.pos[t] * row, row * 4);
+        memcpy(q + t * qrow, d->q + (size_t)qt * qrow, qrow * 4);
+    }
+    CHECK_EQ_INT(be->kv_store(be, &kv, kvbuf, 2 * row, kvbuf + row, 2 * row, &kb.b), CS_OK);
+    float *out = calloc((size_t)nt * qrow, 4);
+    CHECK_EQ_INT(be->attention(be, out, q, qrow, c->D, c->n_heads, &kv, 1.0f / sqrtf(c->D), &kb.b),
+                 CS_OK);
+    free(kvbuf);
+    free(q);
+    be->free(be, kv.pages);
+    be->destroy(be);
+    return out;
+}
+
+static double naive_check(const struct cfg *c, const struct data *d, const float *out)
+{
+    int qrow = c->n_heads * c->D, row = c->n_kv * c->D, t = 0;
+    double worst = 0, *sc = malloc(sizeof(double) * 1024);
+    for (int s = 0; s < NS; s++)
+        for (int i = 0; i < c->len[s]; i++, t++) {
+            int pos = c->prev[s] + i;
+            for (int h = 0; h < c->n_heads; h++) {
+                int g = h / (c->n_heads / c->n_kv);
+                const float *q = d->q + (size_t)t * qrow + h * c->D;
+                double m = -1e300, sum = 0;
+                for (int j = 0; j <= pos; j++) {
+                    double dot = 0;
+                    for (int e = 0; e < c->D; e++)
+                        dot += (double)q[e] * d->k[s][j * row + g * c->D + e];
+                    sc[j] = dot / sqrt(c->D);
+                    m = fmax(m, sc[j]);
+                }
+                for (int j = 0; j <= pos; j++)
+                    sum += (sc[j] = exp(sc[j] - m));
+                for (int e = 0; e < c->D; e++) {
+                    double o = 0;
+                    for (int j = 0; j <= pos; j++)
+                        o += sc[j] / sum * d->v[s][j * row + g * c->D + e];
+                    worst = fmax(worst, fabs(o - out[(size_t)t * qrow + h * c->D + e]));
+                }
+            }
+        }
+    free(sc);
+    return worst;
+}
+
+static void check_cfg(const struct cfg *c)
+{
+    struct data d;
+    data_make(&d, c);
+    int all[NS] = {0, 1, 2};
+    float *o1 = attn_run(1, c, &d, all, NS), *o2 = attn_run(2, c, &d, all, NS),
+          *o3 = attn_run(3, c, &d, all, NS);
+    int nt = c->len[0] + c->len[1] + c->len[2], qrow = c->n_heads * c->D;
+    CHECK(kt_same(o1, o2, (size_t)nt * qrow) && kt_same(o1, o3, (size_t)nt * qrow));
+    double worst = naive_check(c, &d, o1);
+    CHECK(worst < 2e-5);
+    if (!(worst < 2e-5))
+        fprintf(stderr, "max diff %g\n", worst);
+    /* sequence 1 alone equals its rows inside the batch */
+    int one[1] = {1};
+    float *alone = attn_run(2, c, &d, one, 1);
+    CHECK(kt_same(alone, o1 + (size_t)c->len[0] * qrow, (size_t)c->len[1] * qrow));
+    free(alone);
+    free(o1);
+    free(o2);
+    free(o3);
+    for (int s = 0; s < NS; s++) {
+        free(d.k[s]);
+        free(d.v[s]);
+    }
+    free(d.q);
+}
+
+static const struct cfg small = {
+    .D = 16, .n_heads = 4, .n_kv = 2, .page_size = 4, .n_pages = 12, .max_pages = 3,
+    .prev = {0, 5, 2}, .len = {7, 1, 3},
+    .pages = {{3, 0, 11}, {5, 7, 2}, {1, 9, 4}},
+};
+
+static void test_attention_f32_small(void)
+{
+    struct cfg c = small;
+    c.kv_type = CS_DTYPE_F32;
+    check_cfg(&c);
+}
+
+static void test_attention_f16_small(void)
+{
+    struct cfg c = small;
+    c.kv_type = CS_DTYPE_F16;
+    check_cfg(&c);
+}
+
+static void test_attention_real_head_size(void)
+{
+    struct cfg c = {.kv_type = CS_DTYPE_F16, .D = 256, .n_heads = 4, .n_kv = 1, .page_size = 16,
+                    .n_pages = 10, .max_pages = 3, .prev = {0, 20, 0}, .len = {33, 1, 2},
+                    .pages = {{0, 1, 2}, {3, 4, 5}, {6, 7, 8}}};
+    check_cfg(&c);
+}
+
+static void test_attention_refuses_bad_pages(void)
+{
+    struct cs_backend *be = kt_backend(1, 0);
+    struct cs_kv_layer kv = {.kv_type = CS_DTYPE_F32, .n_pages = 2, .page_size = 4,
+                             .n_kv_heads = 1, .head_dim = 8};
+    be->alloc(be, &kv.pages, 2 * 2 * 4 * 8 * 4);
+    int len[1] = {2}, start[1] = {3};
+    struct kt_batch kb;
+    kt_batch_init(&kb, 1, len, start, NULL, 2);
+    kb.pages[0] = 0;
+    kb.pages[1] = 2;  /* out of range */
+    float k[16] = {0}, out[32];
+    CHECK_EQ_INT(be->kv_store(be, &kv, k, 8, k, 8, &kb.b), CS_ERANGE);
+    CHECK_EQ_INT(be->attention(be, out, k, 8, 8, 1, &kv, 1.0f, &kb.b), CS_ERANGE);
+    start[0] = 7;  /* needs a third page */
+    kt_batch_init(&kb, 1, len, start, NULL, 2);
+    CHECK_EQ_INT(be->kv_store(be, &kv, k, 8, k, 8, &kb.b), CS_ERANGE);
+    be->free(be, kv.pages);
+    be->destroy(be);
+}
+
+int main(void)
+{
+    RUN(test_attention_f32_small);
+    RUN(test_attention_f16_small);
+    RUN(test_attention_real_head_size);
+    RUN(test_attention_refuses_bad_pages);
+    return test_report();
+}

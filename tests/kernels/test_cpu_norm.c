@@ -1,0 +1,174 @@
+/* test_cpu_norm.c - proves rmsnorm, gated_rmsnorm, head_norm_rope (partial
+ * NeoX RoPE, at small and real head sizes), sigmoid_gate, add and silu_mul
+ * equal double-precision naive formulas, and that rmsnorm and head_norm_rope
+ * give bit-identical results for 1, 2 and 3 threads. */
+#include "../../common/status.h"
+#include "kernel_test.h"
+
+static double sigm(double x) { return 1.0 / (1.0 + exp(-x)); }
+
+static void naive_rmsnorm(double *out, const float *x, const float *w, int n, double eps)
+{
+    double ss = 0;
+    for (int i = 0; i < n; i++)
+        ss += (double)x[i] * x[i];
+    double sc = 1.0 / sqrt(ss / n + eps);
+    for (int i = 0; i < n; i++)
+        out[i] = x[i] * sc * w[i];
+}
+
+static void test_rmsnorm_matches_naive(void)
+{
+    struct cs_backend *be = kt_backend(2, 0);
+    int n_tok = 5, dim = 100;
+    float *x = kt_randv((size_t)n_tok * dim, 3.0f), *w = kt_randv(dim, 1.0f);
+    float *out = calloc((size_t)n_tok * dim, 4);
+    double ref[100];
+    CHECK_EQ_INT(be->rmsnorm(be, out, x, w, n_tok, dim, 1e-6f), CS_OK);
+    for (int t = 0; t < n_tok; t++) {
+        naive_rmsnorm(ref, x + t * dim, w, dim, 1e-6);
+        for (int i = 0; i < dim; i++)
+            CHECK_NEAR(out[t * dim + i], ref[i], 1e-5);
+    }
+    /* in place */
+    CHECK_EQ_INT(be->rmsnorm(be, x, x, w, n_tok, dim, 1e-6f), CS_OK);
+    CHECK(kt_same(x, out, (size_t)n_tok * dim));
+    free(x);
+    free(w);
+    free(out);
+    be->destroy(be);
+}
+
+static void test_gated_rmsnorm_matches_naive(void)
+{
+    struct cs_backend *be = kt_backend(3, 0);
+    int n_tok = 3, n_heads = 4, hd = 128;
+    size_t n = (size_t)n_tok * n_heads * hd;
+    float *x = kt_randv(n, 2.0f), *z = kt_randv(n, 4.0f), *w = kt_randv(hd, 1.0f);
+    float *x0 = malloc(n * 4);
+    memcpy(x0, x, n * 4);
+    CHECK_EQ_INT(be->gated_rmsnorm(be, x, z, w, n_heads, hd, 1e-6f, n_tok), CS_OK);
+    double ref[128];
+    double worst = 0;
+    for (int r = 0; r < n_tok * n_heads; r++) {
+        naive_rmsnorm(ref, x0 + r * hd, w, hd, 1e-6);
+        for (int i = 0; i < hd; i++) {
+            double zi = z[r * hd + i];
+            worst = fmax(worst, fabs(x[r * hd + i] - ref[i] * zi * sigm(zi)));
+        }
+    }
+    CHECK(worst < 1e-5);
+    free(x);
+    free(x0);
+    free(z);
+    free(w);
+    be->destroy(be);
+}
+
+/* Naive per-head norm + NeoX RoPE in double. */
+static void naive_head(double *out, const float *x, const float *w, int hd, int rd, double base,
+                       int pos)
+{
+    naive_rmsnorm(out, x, w, hd, 1e-6);
+    int half = rd / 2;
+    for (int i = 0; i < half; i++) {
+        double th = pos * pow(base, -2.0 * i / rd);
+        double a = out[i], b = out[i + half];
+        out[i] = a * cos(th) - b * sin(th);
+        out[i + half] = b * cos(th) + a * sin(th);
+    }
+}
+
+static void check_head_norm_rope(int n_heads, int hd, int rd, float base)
+{
+    /* q-like layout: per token n_heads heads of 2*hd (query then gate) */
+    int lens[2] = {3, 2}, starts[2] = {0, 150};
+    struct kt_batch kb;
+    kt_batch_init(&kb, 2, lens, starts, NULL, 1);
+    int tok_stride = n_heads * 2 * hd, head_stride = 2 * hd;
+    size_t n = (size_t)kb.b.n_tokens * tok_stride;
+    float *x = kt_randv(n, 2.0f), *w = kt_randv(hd, 1.0f);
+    float *res[3];
+    for (int th = 1; th <= 3; th++) {
+        struct cs_backend *be = kt_backend(th, 0);
+        res[th - 1] = malloc(n * 4);
+        memcpy(res[th - 1], x, n * 4);
+        CHECK_EQ_INT(be->head_norm_rope(be, res[th - 1], tok_stride, head_stride, n_heads, hd, w,
+                                        rd, base, 1e-6f, &kb.b),
+                     CS_OK);
+        be->destroy(be);
+    }
+    CHECK(kt_same(res[0], res[1], n) && kt_same(res[0], res[2], n));
+    double *ref = malloc(sizeof(double) * hd), worst = 0;
+    for (int t = 0; t < kb.b.n_tokens; t++)
+        for (int h = 0; h < n_heads; h++) {
+            size_t off = (size_t)t * tok_stride + (size_t)h * head_stride;
+            naive_head(ref, x + off, w, hd, rd, base, kb.pos[t]);
+            for (int i = 0; i < hd; i++)
+                worst = fmax(worst, fabs(res[0][off + i] - ref[i]));
+            /* the gate half is untouched */
+            CHECK(kt_same(res[0] + off + hd, x + off + hd, hd));
+        }
+    CHECK(worst < 2e-4);
+    free(ref);
+    free(x);
+    free(w);
+    for (int i = 0; i < 3; i++)
+        free(res[i]);
+}
+
+static void test_head_norm_rope_small(void)
+{
+    check_head_norm_rope(3, 32, 16, 10000.0f);
+}
+
+static void test_head_norm_rope_real_size(void)
+{
+    check_head_norm_rope(2, 256, 64, 1e7f);
+}
+
+static void test_elementwise_ops(void)
+{
+    struct cs_backend *be = kt_backend(2, 0);
+    size_t n = 40000;
+    float *a = kt_randv(n, 8.0f), *b = kt_randv(n, 2.0f), *o = calloc(n, 4), *a0 = malloc(n * 4);
+    memcpy(a0, a, n * 4);
+    CHECK_EQ_INT(be->silu_mul(be, o, a, b, n), CS_OK);
+    double worst = 0;
+    for (size_t i = 0; i < n; i++)
+        worst = fmax(worst, fabs(o[i] - a[i] * sigm(a[i]) * b[i]));
+    CHECK(worst < 1e-5);
+    CHECK_EQ_INT(be->add(be, a, b, n), CS_OK);
+    for (size_t i = 0; i < n; i += 97)
+        CHECK(a[i] == a0[i] + b[i]);
+    /* sigmoid_gate: 3 tokens x 2 heads x 8, gate strided inside a wider row */
+    float out[48], out0[48], gate[3 * 40];
+    for (int i = 0; i < 48; i++)
+        out[i] = out0[i] = kt_rand();
+    for (int i = 0; i < 120; i++)
+        gate[i] = kt_rand() * 5;
+    CHECK_EQ_INT(be->sigmoid_gate(be, out, gate + 4, 40, 16, 2, 8, 3), CS_OK);
+    worst = 0;
+    for (int t = 0; t < 3; t++)
+        for (int h = 0; h < 2; h++)
+            for (int d = 0; d < 8; d++) {
+                int i = (t * 2 + h) * 8 + d;
+                worst = fmax(worst, fabs(out[i] - out0[i] * sigm(gate[4 + t * 40 + h * 16 + d])));
+            }
+    CHECK(worst < 1e-6);
+    free(a);
+    free(a0);
+    free(b);
+    free(o);
+    be->destroy(be);
+}
+
+int main(void)
+{
+    RUN(test_rmsnorm_matches_naive);
+    RUN(test_gated_rmsnorm_matches_naive);
+    RUN(test_head_norm_rope_small);
+    RUN(test_head_norm_rope_real_size);
+    RUN(test_elementwise_ops);
+    return test_report();
+}
