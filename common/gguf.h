@@ -63,7 +63,7 @@ struct gguf_str {
 /* One metadata key/value. For arrays, arr_type and arr_len describe the
  * elements and arr_data points at the first one inside the mapping (strings
  * and nested arrays are variable-size: walk them with gguf_arr_str or
- * gguf_kv_arr_nested). */
+ * gguf_arr_nested; nested arrays are refused beyond 8 levels). */
 struct gguf_kv {
     struct gguf_str key;
     enum gguf_type type;
@@ -79,6 +79,7 @@ struct gguf_kv {
     const uint8_t *arr_data;   /* first element */
     const uint8_t *arr_end;    /* one past the last byte of the array */
     const struct gguf_str *arr_strs; /* when arr_type == STRING: arr_len parsed strings (owned by the file) */
+    const struct gguf_kv *arr_elems; /* when arr_type == ARRAY: arr_len parsed arrays, key empty (owned by the file) */
 };
 
 struct gguf_tensor {
@@ -120,7 +121,7 @@ const struct gguf_tensor *gguf_find_tensor(const struct gguf_file *f, const char
 
 /* Typed getters: CS_ENOTFOUND when the key is absent, CS_EFORMAT (with err
  * naming key, expected and found type) when it has another type. Integer
- * getters accept any integer type whose value fits. */
+ * getters accept any integer type whose value fits (CS_ERANGE otherwise). */
 int gguf_get_u32(const struct gguf_file *f, const char *key, uint32_t *out, struct cs_error *err);
 int gguf_get_i64(const struct gguf_file *f, const char *key, int64_t *out, struct cs_error *err);
 int gguf_get_f32(const struct gguf_file *f, const char *key, float *out, struct cs_error *err);
@@ -133,6 +134,9 @@ int gguf_arr_i64(const struct gguf_kv *kv, uint64_t i, int64_t *out);
 int gguf_arr_f32(const struct gguf_kv *kv, uint64_t i, float *out);     /* float32/float64 */
 int gguf_arr_bool(const struct gguf_kv *kv, uint64_t i, bool *out);
 int gguf_arr_str(const struct gguf_kv *kv, uint64_t i, struct gguf_str *out);
+/* Element i of an array of arrays: *out is a kv with type ARRAY (empty key)
+ * owned by the file. CS_EFORMAT when kv is not an array of arrays. */
+int gguf_arr_nested(const struct gguf_kv *kv, uint64_t i, const struct gguf_kv **out);
 
 /* Bytes of a tensor of the given type and shape: CS_EUNSUPPORTED for an
  * unknown type, CS_ERANGE on overflow or a row not a multiple of the block. */
@@ -159,13 +163,28 @@ int gguf_writer_set_arr_str(struct gguf_writer *w, const char *key, const char *
 /* Same, with explicit lengths (strings may contain NUL bytes). */
 int gguf_writer_set_arr_strn(struct gguf_writer *w, const char *key, const char *const *strs,
                              const uint64_t *lens, uint64_t n);
+/* Any value, already encoded as in the file after its type field (a scalar
+ * packed; a string: u64 length + bytes; an array: u32 element type, u64 count,
+ * elements). Not validated: tests use it for nested arrays and for corrupt files. */
+int gguf_writer_set_raw(struct gguf_writer *w, const char *key, enum gguf_type type,
+                        const void *value, uint64_t n_bytes);
+/* Copy a key/value read by gguf_open (any type, nested arrays included) verbatim. */
+int gguf_writer_copy_kv(struct gguf_writer *w, const struct gguf_kv *kv);
 /* Add a tensor. When data is NULL the writer calls fill(ctx, dst, n_bytes) while
- * writing, so huge models stream to disk without being held in memory. */
+ * writing, so huge models stream to disk without being held in memory. data
+ * (not copied) must stay valid until gguf_writer_write. fill is called once per
+ * tensor, in tensor order, with a buffer of the tensor's n_bytes; a nonzero
+ * return aborts the write with that status. CS_EINVAL for a duplicate or empty
+ * name, n_dims > 4 or a dimension < 1; CS_EUNSUPPORTED for an unknown type;
+ * CS_ERANGE when the row is not a multiple of the type's block. */
 typedef int (*gguf_fill_cb)(void *ctx, void *dst, uint64_t n_bytes);
 int gguf_writer_add_tensor(struct gguf_writer *w, const char *name, uint32_t type,
                            const int64_t *ne, uint32_t n_dims, const void *data,
                            gguf_fill_cb fill, void *fill_ctx);
-/* Write the file (alignment from general.alignment or 32). */
+/* Write the file (alignment from general.alignment or 32): keys in insertion
+ * order, tensors in add order, each tensor's data padded to the alignment.
+ * Writes PATH.tmp with large buffered writes, then renames it to PATH; on
+ * failure PATH.tmp is removed and err names the path and the problem. */
 int gguf_writer_write(struct gguf_writer *w, const char *path, struct cs_error *err);
 
 #ifdef __cplusplus

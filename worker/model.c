@@ -1,0 +1,229 @@
+/* model.c - the forward pass of a qwen35 layer slice over a batch, written
+ * once against the op table of kernels/ops.h (model.md section 5).
+ *
+ * Owns: batch validation (bad input never reaches an op), the per-layer
+ * block (pre-norm mixer, residual, pre-norm SwiGLU FFN, residual), the GDN and
+ * gated-attention mixers, and the last stage's final norm, LM head and
+ * sampling. Loading is weights.c, state and scratch are state.c. */
+#include <math.h>
+#include <string.h>
+
+#include "../common/log.h"
+#include "state.h"
+
+/* Check everything the ops will index with; CS_EINVAL on any violation. */
+static int batch_check(const struct cs_model *m, const struct cs_state *st,
+                       const struct cs_batch *b, bool need_tokens, bool need_pages)
+{
+    if (!b || b->n_tokens <= 0 || b->n_tokens > st->cfg.max_tokens || b->n_seqs <= 0 ||
+        b->n_seqs > b->n_tokens || !b->pos || !b->seq_of || !b->seq_start || !b->slot)
+        return CS_EINVAL;
+    if (b->seq_start[0] != 0 || b->seq_start[b->n_seqs] != b->n_tokens)
+        return CS_EINVAL;
+    for (int s = 0; s < b->n_seqs; s++) {
+        if (b->seq_start[s + 1] <= b->seq_start[s] || b->slot[s] < 0 ||
+            b->slot[s] >= st->cfg.n_slots)
+            return CS_EINVAL;
+        for (int t = b->seq_start[s]; t < b->seq_start[s + 1]; t++) {
+            if (b->seq_of[t] != s || b->pos[t] < 0 ||
+                (t > b->seq_start[s] && b->pos[t] != b->pos[t - 1] + 1))
+                return CS_EINVAL;
+            if (need_tokens && (!b->tokens || b->tokens[t] < 0 || b->tokens[t] >= m->hp.n_vocab))
+                return CS_EINVAL;
+            if (!need_pages)
+                continue;
+            int p = b->pos[t] / st->cfg.page_size;
+            if (!b->page_table || p >= b->max_pages)
+                return CS_EINVAL;
+            int32_t page = b->page_table[(size_t)s * (size_t)b->max_pages + (size_t)p];
+            if (page < 0 || page >= st->cfg.kv_pages)
+                return CS_EINVAL;
+        }
+    }
+    return CS_OK;
+}
+
+static bool slice_has_attention(const struct cs_model *m)
+{
+    for (int l = m->layer_begin; l < m->layer_end; l++)
+        if (!m->hp.recurrent[l])
+            return true;
+    return false;
+}
+
+/* Gated DeltaNet mixer: st->normed -> st->tmp. */
+static int mixer_gdn(struct cs_model *m, struct cs_state *st, int l, const struct cs_batch *b)
+{
+    struct cs_backend *be = m->be;
+    const struct cs_hparams *hp = &m->hp;
+    struct cs_layer_weights *w = &m->layers[l];
+    int T = b->n_tokens, rc;
+    float *ys[4] = {st->qkv, st->z, st->beta, st->alpha};
+    const struct cs_weight *ws[4] = {&w->qkv, &w->gate, &w->beta, &w->alpha};
+    const struct cs_weight *wo[1] = {&w->ssm_out};
+    float *out[1] = {st->tmp};
+    if ((rc = be->matmul(be, 4, ys, ws, st->normed, T)) ||
+        (rc = be->conv1d_silu(be, st->conv_out, st->qkv, w->conv1d, &st->gdn[l], b)) ||
+        (rc = be->gdn(be, st->gdn_out, st->conv_out, st->beta, st->alpha, w->ssm_a, w->dt_bias,
+                      hp->eps, &st->gdn[l], b)) ||
+        (rc = be->gated_rmsnorm(be, st->gdn_out, st->z, w->ssm_norm, hp->ssm_heads, hp->ssm_state,
+                                hp->eps, T)))
+        return rc;
+    return be->matmul(be, 1, out, wo, st->gdn_out, T);
+}
+
+/* Gated attention mixer: st->normed -> st->tmp. W_q rows per head: D query
+ * rows then D gate rows, so head h's query is at h*2D and its gate at h*2D+D. */
+static int mixer_attention(struct cs_model *m, struct cs_state *st, int l, const struct cs_batch *b)
+{
+    struct cs_backend *be = m->be;
+    const struct cs_hparams *hp = &m->hp;
+    struct cs_layer_weights *w = &m->layers[l];
+    int T = b->n_tokens, D = hp->head_dim, rc;
+    int q_stride = 2 * D * hp->n_head, kv_stride = D * hp->n_head_kv;
+    float *ys[3] = {st->q, st->k, st->v};
+    const struct cs_weight *ws[3] = {&w->wq, &w->wk, &w->wv};
+    const struct cs_weight *wo[1] = {&w->wo};
+    float *out[1] = {st->tmp};
+    if ((rc = be->matmul(be, 3, ys, ws, st->normed, T)) ||
+        (rc = be->head_norm_rope(be, st->q, q_stride, 2 * D, hp->n_head, D, w->q_norm,
+                                 hp->rope_dims, hp->rope_base, hp->eps, b)) ||
+        (rc = be->head_norm_rope(be, st->k, kv_stride, D, hp->n_head_kv, D, w->k_norm,
+                                 hp->rope_dims, hp->rope_base, hp->eps, b)) ||
+        (rc = be->kv_store(be, &st->kv[l], st->k, kv_stride, st->v, kv_stride, b)) ||
+        (rc = be->attention(be, st->attn_out, st->q, q_stride, 2 * D, hp->n_head, &st->kv[l],
+                            1.0f / sqrtf((float)D), b)) ||
+        (rc = be->sigmoid_gate(be, st->attn_out, st->q + D, q_stride, 2 * D, hp->n_head, D, T)))
+        return rc;
+    return be->matmul(be, 1, out, wo, st->attn_out, T);
+}
+
+/* One block on st->hidden: h = x + Mixer(norm(x)); out = h + FFN(norm(h)). */
+static int layer_forward(struct cs_model *m, struct cs_state *st, int l, const struct cs_batch *b)
+{
+    struct cs_backend *be = m->be;
+    const struct cs_hparams *hp = &m->hp;
+    struct cs_layer_weights *w = &m->layers[l];
+    int T = b->n_tokens, E = hp->n_embd, rc;
+    size_t n = (size_t)T * (size_t)E;
+    if ((rc = be->rmsnorm(be, st->normed, st->hidden, w->attn_norm, T, E, hp->eps)))
+        return rc;
+    rc = hp->recurrent[l] ? mixer_gdn(m, st, l, b) : mixer_attention(m, st, l, b);
+    if (rc || (rc = be->add(be, st->hidden, st->tmp, n)) ||
+        (rc = be->rmsnorm(be, st->normed, st->hidden, w->post_norm, T, E, hp->eps)))
+        return rc;
+    float *ys[2] = {st->ffn_gate, st->ffn_up};
+    const struct cs_weight *ws[2] = {&w->ffn_gate, &w->ffn_up};
+    const struct cs_weight *wd[1] = {&w->ffn_down};
+    float *out[1] = {st->tmp};
+    if ((rc = be->matmul(be, 2, ys, ws, st->normed, T)) ||
+        (rc = be->silu_mul(be, st->ffn_gate, st->ffn_gate, st->ffn_up, (size_t)T * hp->n_ff[l])) ||
+        (rc = be->matmul(be, 1, out, wd, st->ffn_gate, T)))
+        return rc;
+    return be->add(be, st->hidden, st->tmp, n);
+}
+
+/* Validate, then run every layer of the slice; the result is in st->hidden. */
+static int slice_forward(struct cs_model *m, struct cs_state *st, const struct cs_batch *b,
+                         const float *hidden_in)
+{
+    if (!m || !st || st->m != m)
+        return CS_EINVAL;
+    if (!m->first_stage && !hidden_in)
+        return CS_EINVAL;
+    int rc = batch_check(m, st, b, m->first_stage && !hidden_in, slice_has_attention(m));
+    if (rc != CS_OK) {
+        LOG_WARN("model", "invalid batch rejected (n_tokens=%d n_seqs=%d)", b ? b->n_tokens : -1,
+                 b ? b->n_seqs : -1);
+        return rc;
+    }
+    struct cs_backend *be = m->be;
+    size_t n = (size_t)b->n_tokens * (size_t)m->hp.n_embd;
+    if ((rc = be->step_begin(be, b)))
+        return rc;
+    if (hidden_in)
+        rc = be->copy(be, st->hidden, hidden_in, n * sizeof(float));
+    else
+        rc = be->embed(be, st->hidden, &m->token_embd, b);
+    for (int l = m->layer_begin; l < m->layer_end && rc == CS_OK; l++)
+        rc = layer_forward(m, st, l, b);
+    return rc;
+}
+
+/* Final norm and LM head on n rows of st->rows into st->logits. */
+static int lm_head_rows(struct cs_model *m, struct cs_state *st, const float *x, int n)
+{
+    struct cs_backend *be = m->be;
+    const struct cs_hparams *hp = &m->hp;
+    float *ys[1] = {st->logits};
+    const struct cs_weight *ws[1] = {&m->output};
+    int rc = be->rmsnorm(be, st->rows, x, m->output_norm, n, hp->n_embd, hp->eps);
+    return rc ? rc : be->matmul(be, 1, ys, ws, st->rows, n);
+}
+
+/* Gather the last token of each sampled sequence, run the head, sample. */
+static int sample_last_tokens(struct cs_model *m, struct cs_state *st, const struct cs_batch *b,
+                              const bool *sample, const struct cs_sample_params *params,
+                              struct cs_sample_result *results)
+{
+    struct cs_backend *be = m->be;
+    size_t E = (size_t)m->hp.n_embd;
+    int n_rows = 0;
+    for (int s = 0; s < b->n_seqs; s++)
+        if (sample[s])
+            st->host_rows[n_rows++] = s;
+    for (int c = 0; c < n_rows; c += st->n_logit_rows) {
+        int n = n_rows - c < st->n_logit_rows ? n_rows - c : st->n_logit_rows, rc;
+        for (int i = 0; i < n; i++) {
+            int s = st->host_rows[c + i];
+            const float *src = st->hidden + (size_t)(b->seq_start[s + 1] - 1) * E;
+            if ((rc = be->copy(be, st->normed + (size_t)i * E, src, E * sizeof(float))))
+                return rc;
+            st->host_params[i] = params[s];
+        }
+        if ((rc = lm_head_rows(m, st, st->normed, n)) ||
+            (rc = be->sample(be, st->host_results, st->logits, m->hp.n_vocab, st->host_params, n)))
+            return rc;
+        for (int i = 0; i < n; i++)
+            results[st->host_rows[c + i]] = st->host_results[i];
+    }
+    return CS_OK;
+}
+
+int model_forward(struct cs_model *m, struct cs_state *st, const struct cs_batch *b,
+                  const float *hidden_in, float *hidden_out, const bool *sample,
+                  const struct cs_sample_params *params, struct cs_sample_result *results)
+{
+    if (m && !m->last_stage && !hidden_out)
+        return CS_EINVAL;
+    if (m && m->last_stage && sample && (!params || !results))
+        return CS_EINVAL;
+    int rc = slice_forward(m, st, b, hidden_in);
+    if (rc == CS_OK && hidden_out)
+        rc = m->be->copy(m->be, hidden_out, st->hidden,
+                         (size_t)b->n_tokens * (size_t)m->hp.n_embd * sizeof(float));
+    if (rc == CS_OK && m->last_stage && sample)
+        rc = sample_last_tokens(m, st, b, sample, params, results);
+    if (rc == CS_OK)
+        rc = m->be->sync(m->be);
+    return rc;
+}
+
+int model_forward_logits(struct cs_model *m, struct cs_state *st, const struct cs_batch *b,
+                         const float *hidden_in, float *host_logits)
+{
+    if (!m || !m->last_stage || !host_logits)
+        return CS_EINVAL;
+    int rc = slice_forward(m, st, b, hidden_in);
+    size_t E = (size_t)m->hp.n_embd, V = (size_t)m->hp.n_vocab;
+    for (int c = 0; c < b->n_tokens && rc == CS_OK; c += st->n_logit_rows) {
+        int n = b->n_tokens - c < st->n_logit_rows ? b->n_tokens - c : st->n_logit_rows;
+        rc = lm_head_rows(m, st, st->hidden + (size_t)c * E, n);
+        if (rc == CS_OK)
+            rc = m->be->download(m->be, host_logits + (size_t)c * V, st->logits,
+                                 (size_t)n * V * sizeof(float));
+    }
+    if (rc == CS_OK)
+        rc = m->be->sync(m->be);
+    return rc;
+}
