@@ -31,5 +31,14 @@ test: build
 serve: model
 	$(BUILD)/bin/cmpserve serve --model $(BUILD)/models/default.gguf
 
+# Installs the binary, the systemd units, the system user and the example
+# /etc/cmpserve/cmpserve.json (kept when present). DESTDIR stages a package.
+install: build
+	DESTDIR="$(DESTDIR)" PREFIX="$(PREFIX)" deploy/install.sh $(BUILD)/bin/cmpserve
+
+# Keeps /etc/cmpserve and the user; `make uninstall PURGE=1` removes them too.
+uninstall:
+	DESTDIR="$(DESTDIR)" PREFIX="$(PREFIX)" deploy/uninstall.sh $(if $(PURGE),--purge)
+
 clean:
 	rm -rf $(BUILD)

@@ -4,7 +4,7 @@
 set -eu
 PKGS="build-essential cmake ninja-build pkg-config git python3 python3-venv python3-pip
       libzmq3-dev libmsgpack-dev libcjson-dev libuv1-dev libpcre2-dev libutf8proc-dev
-      libhttp-parser-dev clang libclang-rt-14-dev curl"
+      libhttp-parser-dev clang libclang-rt-14-dev curl systemd"
 missing=""
 for p in $PKGS; do
     if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
