@@ -76,6 +76,8 @@ struct engine_ops {
     /* Stop accepting, finish or cancel in-flight work within grace_ms, then
      * call done (on the loop thread). */
     void (*shutdown)(struct engine *e, int grace_ms, void (*done)(void *ctx), void *ctx);
+    /* Free everything; no callback follows. Handles on the loop are closed
+     * asynchronously: run the loop once more (uv_run) before uv_loop_close. */
     void (*destroy)(struct engine *e);
 };
 

@@ -13,6 +13,7 @@ struct command {
 static const struct command commands[] = {
     {"mkmodel", mkmodel_main, "write a qwen35 GGUF with seeded random weights"},
     {"generate", generate_main, "generate text from a prompt"},
+    {"logits", logits_main, "write the logits of a token sequence (reference checks)"},
     {"bench", bench_main, "measure prefill and decode speed against the device's limits"},
     {"serve", serve_main, "serve the OpenAI-compatible HTTP API"},
     {"worker", worker_main, "run one pipeline worker (one GPU, one layer slice)"},

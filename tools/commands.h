@@ -7,6 +7,7 @@
 
 int mkmodel_main(int argc, char **argv);   /* tools/mkmodel.c */
 int generate_main(int argc, char **argv);  /* tools/generate.c */
+int logits_main(int argc, char **argv);    /* tools/logits.c */
 int bench_main(int argc, char **argv);     /* tools/bench.c */
 int worker_main(int argc, char **argv);    /* worker/main.c */
 int serve_main(int argc, char **argv);     /* coordinator/main.c */
