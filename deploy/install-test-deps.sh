@@ -14,6 +14,6 @@ python3 -m venv "$VENV"
 # Optional CUDA tooling for the SASS and sm_70 checks; the tests skip (and say so) without it.
 if command -v nvcc >/dev/null 2>&1; then
     "$VENV/bin/pip" install -q --disable-pip-version-check \
-        "nvidia-cuda-nvcc-cu12" "nvidia-cuda-cuobjdump" || echo "cmpserve: CUDA tooling from PyPI unavailable" >&2
+        "nvidia-cuda-nvcc-cu12" "nvidia-cuda-cuobjdump" "nvidia-cuda-nvdisasm" || echo "cmpserve: CUDA tooling from PyPI unavailable" >&2
 fi
 touch "$STAMP"

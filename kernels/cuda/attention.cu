@@ -1,0 +1,404 @@
+/* attention.cu - causal GQA attention of kernels/ops.h on CUDA, over paged
+ * KV (F16 or F32 elements), fp32 softmax and accumulation.
+ *
+ * One block (4 warps) works on one KV head and every query head of its GQA
+ * group (G = n_heads / n_kv_heads), so each K/V row is read once for all of
+ * them. K and V arrive in tiles of 32 positions in shared memory; each warp
+ * owns up to RPW query rows (row = token x group head) with q, the running
+ * max m, the sum l and the output accumulator in registers (online softmax).
+ * A lane holds DPL = head_dim/32 dims of a row: dims 64*(i/2) + 2*lane + i%2,
+ * so shared-memory reads are 2-element vectors.
+ *
+ * Work is split per sequence, which keeps it batch invariant (ops.h):
+ * - decode (the sequence has one token in the step): flash-decoding. Block
+ *   (split s, kv head, token) covers positions [s*256, (s+1)*256) and writes
+ *   an unnormalised partial (acc, m, l); a combine kernel merges the splits of
+ *   each (token, head) in split order. Split boundaries depend only on the
+ *   position.
+ * - prefill (several tokens): block (query tile of up to CS_ATTN_QTILE
+ *   consecutive tokens, kv head) runs over all positions 0..max pos of the
+ *   tile, masking each row causally, and writes the normalised output.
+ * Positions whose page is out of range read as zeros (no out-of-bounds). */
+#include <cuda_fp16.h>
+
+#include "../../common/gguf.h"
+#include "cuda_util.cuh"
+#include "ops_cuda.cuh"
+
+#define ATT_WARPS 4
+#define ATT_TK 32
+#define ATT_PART_MAX_BYTES ((size_t)256 << 20)
+
+/* Two consecutive elements of a tile row as floats. */
+static __device__ __forceinline__ float2 tile_pair(const float *row, int d)
+{
+    return *(const float2 *)(row + d);
+}
+static __device__ __forceinline__ float2 tile_pair(const __half *row, int d)
+{
+    return __half22float2(*(const __half2 *)(row + d));
+}
+
+static __device__ __forceinline__ int lane_dim(int lane, int i)
+{
+    return 64 * (i >> 1) + 2 * lane + (i & 1);
+}
+
+/* Sum-scatter: v[j] summed over the warp lands on lane j (31 shuffles). */
+static __device__ __forceinline__ float warp_sum_scatter32(float v[32], int lane)
+{
+#pragma unroll
+    for (int s = 16; s >= 1; s >>= 1) {
+        bool upper = (lane & s) != 0;
+#pragma unroll
+        for (int i = 0; i < s; i++) {
+            float send = upper ? v[i] : v[i + s];
+            float keep = upper ? v[i + s] : v[i];
+            v[i] = keep + __shfl_xor_sync(CS_FULL_MASK, send, s);
+        }
+    }
+    return v[0];
+}
+
+struct att_args {
+    const void *pages;
+    int n_pages, page_size, n_kv, head_dim;
+    const float *q;
+    int q_ts, q_hs, n_heads, group;
+    float scale;
+    const int32_t *pos, *seq_of, *page_table;
+    int max_pages;
+};
+
+/* Load TK rows of K (which = 0) or V (which = 1) of kv head h for positions
+ * [p0, p0 + TK) of sequence seq into tile; rows at or past p_end are zeros. */
+template <typename T, int D>
+static __device__ void tile_load(T *tile, const struct att_args &a, int seq, int h, int p0,
+                                 int p_end, int which)
+{
+    const int vec = 16 / sizeof(T);           /* elements per 16-byte load */
+    const int per_row = D / vec;
+    size_t row_elems = (size_t)a.n_kv * D;
+    size_t page_elems = 2 * (size_t)a.page_size * row_elems;
+    const T *pages = (const T *)a.pages;
+    for (int c = threadIdx.x; c < ATT_TK * per_row; c += ATT_WARPS * 32) {
+        int j = c / per_row, e = (c - j * per_row) * vec;
+        int p = p0 + j;
+        int4 val = make_int4(0, 0, 0, 0);
+        if (p < p_end) {
+            int pi = p / a.page_size;
+            int pg = pi < a.max_pages ? a.page_table[(size_t)seq * a.max_pages + pi] : -1;
+            if (pg >= 0 && pg < a.n_pages) {
+                const T *src = pages + (size_t)pg * page_elems +
+                               (size_t)which * a.page_size * row_elems +
+                               (size_t)(p % a.page_size) * row_elems + (size_t)h * D + e;
+                val = *(const int4 *)src;
+            }
+        }
+        *(int4 *)(tile + j * D + e) = val;
+    }
+}
+
+/* The online-softmax pass of one block over positions [p_begin, p_end):
+ * rows r = warp + ATT_WARPS * k (k < RPW, r < n_rows) of query token
+ * t0 + r / group, query head h * group + r % group. */
+template <typename T, int D, int RPW>
+struct att_state {
+    float q[RPW][D / 32], acc[RPW][D / 32], m[RPW], l[RPW];
+    int qpos[RPW];
+};
+
+template <typename T, int D, int RPW>
+static __device__ void att_pass(att_state<T, D, RPW> &st, T *tile, const struct att_args &a,
+                                int seq, int h, int t0, int n_rows, int p_begin, int p_end)
+{
+    const int DPL = D / 32;
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+#pragma unroll
+    for (int k = 0; k < RPW; k++) {
+        int r = warp + ATT_WARPS * k;
+        int t = t0 + (r < n_rows ? r / a.group : 0);
+        int qh = h * a.group + (r < n_rows ? r % a.group : 0);
+        const float *qr = a.q + (size_t)t * a.q_ts + (size_t)qh * a.q_hs;
+#pragma unroll
+        for (int i = 0; i < DPL; i++) {
+            st.q[k][i] = r < n_rows ? qr[lane_dim(lane, i)] * a.scale : 0.0f;
+            st.acc[k][i] = 0.0f;
+        }
+        st.m[k] = -INFINITY;
+        st.l[k] = 0.0f;
+        st.qpos[k] = r < n_rows ? a.pos[t] : -1;
+    }
+    float p[RPW];
+    for (int p0 = p_begin; p0 < p_end; p0 += ATT_TK) {
+        tile_load<T, D>(tile, a, seq, h, p0, p_end, 0);
+        __syncthreads();
+#pragma unroll
+        for (int k = 0; k < RPW; k++) {
+            p[k] = 0.0f;
+            if (warp + ATT_WARPS * k >= n_rows)
+                continue;
+            float s[32];
+#pragma unroll
+            for (int j = 0; j < 32; j++) {
+                const T *kr = tile + j * D;
+                float sum = 0.0f;
+#pragma unroll
+                for (int i = 0; i < DPL; i += 2) {
+                    float2 kv = tile_pair(kr, lane_dim(lane, i));
+                    sum += st.q[k][i] * kv.x + st.q[k][i + 1] * kv.y;
+                }
+                s[j] = sum;
+            }
+            float sc = warp_sum_scatter32(s, lane);
+            int pj = p0 + lane;
+            if (pj >= p_end || pj > st.qpos[k])
+                sc = -INFINITY;
+            float m_new = fmaxf(st.m[k], warp_max(sc));
+            float pk = m_new == -INFINITY ? 0.0f : expf(sc - m_new);
+            float alpha = st.m[k] == -INFINITY ? 0.0f : expf(st.m[k] - m_new);
+            st.l[k] = st.l[k] * alpha + warp_sum(pk);
+            st.m[k] = m_new;
+#pragma unroll
+            for (int i = 0; i < DPL; i++)
+                st.acc[k][i] *= alpha;
+            p[k] = pk;
+        }
+        __syncthreads();
+        tile_load<T, D>(tile, a, seq, h, p0, p_end, 1);
+        __syncthreads();
+#pragma unroll
+        for (int k = 0; k < RPW; k++) {
+            if (warp + ATT_WARPS * k >= n_rows)
+                continue;
+            for (int j = 0; j < 32; j++) {
+                float pj = __shfl_sync(CS_FULL_MASK, p[k], j);
+                const T *vr = tile + j * D;
+#pragma unroll
+                for (int i = 0; i < DPL; i += 2) {
+                    float2 vv = tile_pair(vr, lane_dim(lane, i));
+                    st.acc[k][i] += pj * vv.x;
+                    st.acc[k][i + 1] += pj * vv.y;
+                }
+            }
+        }
+        __syncthreads();
+    }
+}
+
+/* Prefill: block (query tile, kv head). out: [t][n_heads * D]. */
+template <typename T, int D, int RPW>
+static __global__ void __launch_bounds__(ATT_WARPS * 32)
+    k_attn_prefill(float *out, struct att_args a, const int2 *qtiles)
+{
+    __shared__ __align__(16) T tile[ATT_TK * D];
+    int2 qt = qtiles[blockIdx.x];
+    int h = blockIdx.y;
+    int t0 = qt.x, nt = qt.y;
+    int seq = a.seq_of[t0];
+    int p_end = 0;
+    for (int i = 0; i < nt; i++)
+        p_end = max(p_end, a.pos[t0 + i] + 1);
+    att_state<T, D, RPW> st;
+    int n_rows = nt * a.group;
+    att_pass<T, D, RPW>(st, tile, a, seq, h, t0, n_rows, 0, p_end);
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+#pragma unroll
+    for (int k = 0; k < RPW; k++) {
+        int r = warp + ATT_WARPS * k;
+        if (r >= n_rows)
+            continue;
+        int t = t0 + r / a.group, qh = h * a.group + r % a.group;
+        float inv = st.l[k] > 0.0f ? 1.0f / st.l[k] : 0.0f;
+        float *o = out + (size_t)t * a.n_heads * D + (size_t)qh * D;
+#pragma unroll
+        for (int i = 0; i < D / 32; i++)
+            o[lane_dim(lane, i)] = st.acc[k][i] * inv;
+    }
+}
+
+/* Decode split: block (split, kv head, decode token). Partials:
+ * acc [dec][n_heads][max_splits][D], ml [dec][n_heads][max_splits] (m, l). */
+template <typename T, int D, int RPW>
+static __global__ void __launch_bounds__(ATT_WARPS * 32)
+    k_attn_decode(float *part_acc, float2 *part_ml, struct att_args a, const int32_t *dec,
+                  int max_splits)
+{
+    __shared__ __align__(16) T tile[ATT_TK * D];
+    int s = blockIdx.x, h = blockIdx.y, di = blockIdx.z;
+    int t = dec[di];
+    int p_begin = s * CS_ATTN_SPLIT;
+    int p_end = min(p_begin + CS_ATTN_SPLIT, a.pos[t] + 1);
+    if (p_begin >= p_end)
+        return;
+    att_state<T, D, RPW> st;
+    att_pass<T, D, RPW>(st, tile, a, a.seq_of[t], h, t, a.group, p_begin, p_end);
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+#pragma unroll
+    for (int k = 0; k < RPW; k++) {
+        int r = warp + ATT_WARPS * k;
+        if (r >= a.group)
+            continue;
+        size_t idx = ((size_t)di * a.n_heads + h * a.group + r) * max_splits + s;
+        float *o = part_acc + idx * D;
+#pragma unroll
+        for (int i = 0; i < D / 32; i++)
+            o[lane_dim(lane, i)] = st.acc[k][i];
+        if (lane == 0)
+            part_ml[idx] = make_float2(st.m[k], st.l[k]);
+    }
+}
+
+/* Combine: block (query head, decode token), one thread per dim, splits
+ * merged in order. */
+static __global__ void k_attn_combine(float *out, const float *part_acc, const float2 *part_ml,
+                                      const int32_t *dec, const int32_t *pos, int n_heads, int D,
+                                      int max_splits)
+{
+    int qh = blockIdx.x, di = blockIdx.y;
+    int t = dec[di];
+    int n_s = pos[t] / CS_ATTN_SPLIT + 1;
+    size_t base = ((size_t)di * n_heads + qh) * max_splits;
+    float M = -INFINITY;
+    for (int s = 0; s < n_s; s++)
+        M = fmaxf(M, part_ml[base + s].x);
+    for (int d = threadIdx.x; d < D; d += blockDim.x) {
+        float L = 0.0f, o = 0.0f;
+        for (int s = 0; s < n_s; s++) {
+            float2 ml = part_ml[base + s];
+            if (ml.x == -INFINITY)
+                continue;
+            float w = expf(ml.x - M);
+            L += ml.y * w;
+            o += part_acc[(base + s) * D + d] * w;
+        }
+        out[(size_t)t * n_heads * D + (size_t)qh * D + d] = L > 0.0f ? o / L : 0.0f;
+    }
+}
+
+template <typename T, int D, int RPW>
+static int attn_launch_rpw(struct cuda_ctx *c, float *out, const struct att_args &a, bool decode,
+                           int dec0, int n_dec, int max_splits)
+{
+    const struct cuda_batch *cb = &c->batch;
+    if (!decode) {
+        dim3 grid(cb->n_qtiles, a.n_kv);
+        k_attn_prefill<T, D, RPW><<<grid, ATT_WARPS * 32, 0, c->stream>>>(out, a, cb->qtiles);
+        CS_CUDA_LAUNCHED("attention prefill");
+        return CS_OK;
+    }
+    size_t rows = (size_t)n_dec * a.n_heads * max_splits;
+    float *acc = c->attn_part;
+    float2 *ml = (float2 *)(acc + rows * D);
+    dim3 grid(max_splits, a.n_kv, n_dec);
+    k_attn_decode<T, D, RPW><<<grid, ATT_WARPS * 32, 0, c->stream>>>(acc, ml, a,
+                                                                    cb->dec_tokens + dec0,
+                                                                    max_splits);
+    CS_CUDA_LAUNCHED("attention decode");
+    k_attn_combine<<<dim3(a.n_heads, n_dec), D, 0, c->stream>>>(
+        out, acc, ml, cb->dec_tokens + dec0, a.pos, a.n_heads, D, max_splits);
+    CS_CUDA_LAUNCHED("attention combine");
+    return CS_OK;
+}
+
+template <typename T, int D>
+static int attn_launch(struct cuda_ctx *c, float *out, const struct att_args &a, bool decode,
+                       int dec0, int n_dec, int max_splits)
+{
+    int rows = decode ? a.group : CS_ATTN_QTILE * a.group;
+    int rpw = (rows + ATT_WARPS - 1) / ATT_WARPS;
+    switch (rpw) {
+    case 1: return attn_launch_rpw<T, D, 1>(c, out, a, decode, dec0, n_dec, max_splits);
+    case 2: return attn_launch_rpw<T, D, 2>(c, out, a, decode, dec0, n_dec, max_splits);
+    case 3: return attn_launch_rpw<T, D, 3>(c, out, a, decode, dec0, n_dec, max_splits);
+    case 4: return attn_launch_rpw<T, D, 4>(c, out, a, decode, dec0, n_dec, max_splits);
+    default:
+        LOG_ERROR("cuda", "attention: GQA group %d too large (max %d)", a.group,
+                  4 * ATT_WARPS / CS_ATTN_QTILE);
+        return CS_EUNSUPPORTED;
+    }
+}
+
+template <typename T>
+static int attn_dispatch(struct cuda_ctx *c, float *out, const struct att_args &a, bool decode,
+                         int dec0, int n_dec, int max_splits)
+{
+    /* Every Qwen3.5/3.6 size has head_dim 256; the kernels take any multiple
+     * of 64 as a template argument, instantiated only where needed (each
+     * instance costs compile time for every architecture). */
+    if (a.head_dim == 256)
+        return attn_launch<T, 256>(c, out, a, decode, dec0, n_dec, max_splits);
+    LOG_ERROR("cuda", "attention: head_dim %d unsupported (256)", a.head_dim);
+    return CS_EUNSUPPORTED;
+}
+
+static int attn_run(struct cuda_ctx *c, float *out, const struct att_args &a, uint32_t kv_type,
+                    bool decode, int dec0, int n_dec, int max_splits)
+{
+    if (kv_type == CS_DTYPE_F16)
+        return attn_dispatch<__half>(c, out, a, decode, dec0, n_dec, max_splits);
+    if (kv_type == CS_DTYPE_F32)
+        return attn_dispatch<float>(c, out, a, decode, dec0, n_dec, max_splits);
+    LOG_ERROR("cuda", "attention: KV type %u unsupported", kv_type);
+    return CS_EUNSUPPORTED;
+}
+
+/* Decode tokens in chunks so the partial buffer stays under ATT_PART_MAX_BYTES. */
+static int attn_decode_all(struct cuda_ctx *c, float *out, const struct att_args &a,
+                           uint32_t kv_type)
+{
+    const struct cuda_batch *cb = &c->batch;
+    int ms = cb->max_dec_splits;
+    size_t per_tok = (size_t)a.n_heads * ms * (a.head_dim + 2) * sizeof(float);
+    int chunk = (int)(ATT_PART_MAX_BYTES / per_tok);
+    if (chunk < 1)
+        chunk = 1;
+    if (chunk > 65535)   /* grid.z */
+        chunk = 65535;
+    if (chunk > cb->n_dec)
+        chunk = cb->n_dec;
+    int rc = cuda_buffer_reserve((void **)&c->attn_part, &c->attn_part_cap, per_tok * chunk);
+    if (rc != CS_OK)
+        return rc;
+    for (int d0 = 0; d0 < cb->n_dec && rc == CS_OK; d0 += chunk) {
+        int n = cb->n_dec - d0 < chunk ? cb->n_dec - d0 : chunk;
+        rc = attn_run(c, out, a, kv_type, true, d0, n, ms);
+    }
+    return rc;
+}
+
+int cuda_op_attention(struct cs_backend *be, float *out, const float *q, int q_token_stride,
+                      int q_head_stride, int n_heads, const struct cs_kv_layer *kv, float scale,
+                      const struct cs_batch *b)
+{
+    struct cuda_ctx *c = cuda_ctx_of(be);
+    int rc = cuda_batch_check(c, b, "attention");
+    if (rc != CS_OK)
+        return rc;
+    if (kv->n_kv_heads <= 0 || n_heads % kv->n_kv_heads != 0) {
+        LOG_ERROR("cuda", "attention: %d query heads over %d kv heads", n_heads, kv->n_kv_heads);
+        return CS_EINVAL;
+    }
+    const struct cuda_batch *cb = &c->batch;
+    struct att_args a;
+    a.pages = kv->pages;
+    a.n_pages = kv->n_pages;
+    a.page_size = kv->page_size;
+    a.n_kv = kv->n_kv_heads;
+    a.head_dim = kv->head_dim;
+    a.q = q;
+    a.q_ts = q_token_stride;
+    a.q_hs = q_head_stride;
+    a.n_heads = n_heads;
+    a.group = n_heads / kv->n_kv_heads;
+    a.scale = scale;
+    a.pos = cb->pos;
+    a.seq_of = cb->seq_of;
+    a.page_table = cb->page_table;
+    a.max_pages = cb->max_pages;
+    if (cb->n_qtiles > 0)
+        rc = attn_run(c, out, a, kv->kv_type, false, 0, 0, 0);
+    if (rc == CS_OK && cb->n_dec > 0)
+        rc = attn_decode_all(c, out, a, kv->kv_type);
+    return rc;
+}

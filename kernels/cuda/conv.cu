@@ -1,0 +1,97 @@
+/* conv.cu - conv1d_silu of kernels/ops.h on CUDA: the causal depthwise
+ * convolution (kernel 4) of each sequence's stored pre-conv columns then its
+ * new tokens, SiLU, and the update of the conv state of its slot. One thread
+ * per (token, channel) computes its output from its 4 columns (new tokens or
+ * the stored state), then one thread per (sequence, channel) writes the new
+ * state, the last 3 columns, in a second launch (the first reads the old
+ * state). Fully parallel over tokens, so prefill chunks cost one pass. */
+#include "cuda_util.cuh"
+#include "ops_cuda.cuh"
+
+#define CONV_K 4
+#define CONV_THREADS 128
+
+/* y[t][c] = silu(sum_j w[c][j] * col[t-3+j][c]), one thread per (token,
+ * channel); columns before the sequence's first token come from the state. */
+static __global__ void k_conv1d_out(float *y, const float *x, const float *w,
+                                   const float *conv_state, int n_slots, int conv_dim,
+                                   const int32_t *seq_of, const int32_t *seq_start,
+                                   const int32_t *slot)
+{
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    int t = blockIdx.y;
+    if (c >= conv_dim)
+        return;
+    int s = seq_of[t], sl = slot[s], t0 = seq_start[s];
+    if (sl < 0 || sl >= n_slots)
+        return;
+    const float *st = conv_state + (size_t)sl * (CONV_K - 1) * conv_dim + c;
+    float acc = 0.0f;
+#pragma unroll
+    for (int j = 0; j < CONV_K; j++) {
+        int tj = t - (CONV_K - 1) + j;   /* token of column j */
+        float col = tj >= t0 ? x[(size_t)tj * conv_dim + c]
+                             : st[(size_t)(CONV_K - 1 + (tj - t0)) * conv_dim];
+        acc += w[c * CONV_K + j] * col;
+    }
+    y[(size_t)t * conv_dim + c] = silu_f(acc);
+}
+
+/* The new state of each sequence's slot: its last 3 pre-conv columns (old
+ * state columns when the sequence has fewer than 3 tokens in the step). Runs
+ * after k_conv1d_out, which reads the old state. */
+static __global__ void k_conv1d_state(const float *x, float *conv_state, int n_slots,
+                                      int conv_dim, const int32_t *seq_start, const int32_t *slot)
+{
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    int s = blockIdx.y;
+    if (c >= conv_dim)
+        return;
+    int sl = slot[s];
+    if (sl < 0 || sl >= n_slots)
+        return;
+    int t0 = seq_start[s], n = seq_start[s + 1] - t0;
+    float *st = conv_state + (size_t)sl * (CONV_K - 1) * conv_dim + c;
+    float col[2 * CONV_K - 2];   /* old state then up to 3 new columns */
+#pragma unroll
+    for (int j = 0; j < CONV_K - 1; j++)
+        col[j] = st[(size_t)j * conv_dim];
+    int take = n < CONV_K - 1 ? n : CONV_K - 1;
+#pragma unroll
+    for (int j = 0; j < CONV_K - 1; j++)
+        if (j < take)
+            col[CONV_K - 1 + j] = x[(size_t)(t0 + n - take + j) * conv_dim + c];
+#pragma unroll
+    for (int j = 0; j < CONV_K - 1; j++)
+        st[(size_t)j * conv_dim] = col[take + j];
+}
+
+int cuda_op_conv1d_silu(struct cs_backend *be, float *y, const float *x, const float *w,
+                        struct cs_gdn_layer *st, const struct cs_batch *b)
+{
+    struct cuda_ctx *c = cuda_ctx_of(be);
+    int rc = cuda_batch_check(c, b, "conv1d_silu");
+    if (rc != CS_OK)
+        return rc;
+    if (st->conv_kernel != CONV_K) {
+        LOG_ERROR("cuda", "conv1d_silu: kernel %d unsupported (%d)", st->conv_kernel, CONV_K);
+        return CS_EUNSUPPORTED;
+    }
+    if (b->n_seqs <= 0)
+        return CS_OK;
+    if (b->n_tokens > 65535) {
+        LOG_ERROR("cuda", "conv1d_silu: %d tokens in one step (max 65535)", b->n_tokens);
+        return CS_EINVAL;
+    }
+    const struct cuda_batch *cb = &c->batch;
+    dim3 grid_t(cs_div_up(st->conv_dim, CONV_THREADS), b->n_tokens);
+    k_conv1d_out<<<grid_t, CONV_THREADS, 0, c->stream>>>(y, x, w, st->conv, st->n_slots,
+                                                         st->conv_dim, cb->seq_of, cb->seq_start,
+                                                         cb->slot);
+    CS_CUDA_LAUNCHED("conv1d_silu out");
+    dim3 grid_s(cs_div_up(st->conv_dim, CONV_THREADS), b->n_seqs);
+    k_conv1d_state<<<grid_s, CONV_THREADS, 0, c->stream>>>(x, st->conv, st->n_slots, st->conv_dim,
+                                                           cb->seq_start, cb->slot);
+    CS_CUDA_LAUNCHED("conv1d_silu");
+    return CS_OK;
+}

@@ -1,0 +1,88 @@
+/* embed.cu - embed of kernels/ops.h on CUDA: out[t] = row tokens[t] of the
+ * embedding table, dequantized to fp32, reading the table in the device
+ * layout matmul.h documents (Q8_0 in 32-row groups with separate fp16
+ * scales; F16 as in the file; F32 and BF16 as fp32). One block per token;
+ * token ids out of range give a zero row rather than an out-of-bounds read. */
+#include <cuda_fp16.h>
+
+#include "../../common/gguf.h"
+#include "cuda_util.cuh"
+#include "ops_cuda.cuh"
+
+#define EMBED_THREADS 256
+
+static __global__ void k_embed_q8_0(float *out, const int8_t *qs, const __half *scales,
+                                    int64_t n_in, int64_t n_out, const int32_t *tokens)
+{
+    int t = blockIdx.x;
+    int64_t row = tokens[t];
+    float *o = out + (size_t)t * n_in;
+    int64_t n_blocks = n_in / 32;
+    int64_t group = row >> 5;
+    int lane = (int)(row & 31);
+    for (int64_t i = threadIdx.x; i < n_in; i += blockDim.x) {
+        if (row < 0 || row >= n_out) {
+            o[i] = 0.0f;
+            continue;
+        }
+        int64_t b = i >> 5;
+        int v = (int)(i & 31), half = v >> 4, e = v & 15;
+        size_t gb = (size_t)group * n_blocks + b;
+        int8_t q = qs[gb * 1024 + half * 512 + lane * 16 + e];
+        float d = __half2float(scales[gb * 32 + lane]);
+        o[i] = d * (float)q;
+    }
+}
+
+template <typename T>
+static __device__ __forceinline__ float embed_elem(const T *p);
+template <> __device__ __forceinline__ float embed_elem<float>(const float *p) { return *p; }
+template <> __device__ __forceinline__ float embed_elem<__half>(const __half *p)
+{
+    return __half2float(*p);
+}
+
+template <typename T>
+static __global__ void k_embed_plain(float *out, const T *table, int64_t n_in, int64_t n_out,
+                                     const int32_t *tokens)
+{
+    int t = blockIdx.x;
+    int64_t row = tokens[t];
+    float *o = out + (size_t)t * n_in;
+    bool ok = row >= 0 && row < n_out;
+    for (int64_t i = threadIdx.x; i < n_in; i += blockDim.x)
+        o[i] = ok ? embed_elem<T>(table + (size_t)row * n_in + i) : 0.0f;
+}
+
+int cuda_op_embed(struct cs_backend *be, float *out, const struct cs_weight *table,
+                  const struct cs_batch *b)
+{
+    struct cuda_ctx *c = cuda_ctx_of(be);
+    int rc = cuda_batch_check(c, b, "embed");
+    if (rc != CS_OK)
+        return rc;
+    int n = b->n_tokens;
+    if (n <= 0)
+        return CS_OK;
+    const int32_t *tok = c->batch.tokens;
+    switch (table->type) {
+    case CS_DTYPE_Q8_0:
+        k_embed_q8_0<<<n, EMBED_THREADS, 0, c->stream>>>(out, (const int8_t *)table->data,
+                                                         (const __half *)table->aux, table->n_in,
+                                                         table->n_out, tok);
+        break;
+    case CS_DTYPE_F16:
+        k_embed_plain<__half><<<n, EMBED_THREADS, 0, c->stream>>>(
+            out, (const __half *)table->data, table->n_in, table->n_out, tok);
+        break;
+    case CS_DTYPE_F32:
+        k_embed_plain<float><<<n, EMBED_THREADS, 0, c->stream>>>(
+            out, (const float *)table->data, table->n_in, table->n_out, tok);
+        break;
+    default:
+        LOG_ERROR("cuda", "embed: table type %u unsupported", table->type);
+        return CS_EUNSUPPORTED;
+    }
+    CS_CUDA_LAUNCHED("embed");
+    return CS_OK;
+}

@@ -1,0 +1,566 @@
+/* matmul.cu - y = W x on the GPU without tensor cores: DP4A (int8) for Q8_0
+ * weights x Q8_1 activations, fp32 FMA for F16/F32 weights.
+ *
+ * Kernels
+ * - gemv_q8_kernel<NT> (decode, NT <= 8 tokens per launch): one block per
+ *   group of 32 rows (lane = row, 16-byte coalesced loads of the repacked
+ *   layout). It quantizes x into shared memory itself when it fits (one
+ *   launch per call instead of two). In rounds, each warp computes the block
+ *   terms s * isum of a few 32-value blocks into shared memory, prefetches
+ *   the next round's weights, then thread (token, row) adds the round's
+ *   terms in increasing block order. Memory-bound.
+ * - gemm_q8_kernel (prefill): 128 rows x 64 tokens per block through
+ *   double-buffered shared memory (register prefetch: no cp.async, sm_70),
+ *   each thread 4 rows x 8 tokens, accumulating block by block in order.
+ * - gemv_f_kernel: F16/F32 weights, a warp per row, fp32 FMA.
+ * Both Q8_0 kernels follow matmul.h "Numerics" exactly, so they are bitwise
+ * equal to each other for any n_tokens (tests/gpu/test_matmul checks it).
+ * Several weights of one call are fused into one launch over their
+ * concatenated row groups (struct mm_parts). Tile choices: arch_tiles.h. */
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "../../common/gguf.h"
+#include "arch_tiles.h"
+#include "cuda_util.cuh"
+#include "matmul.h"
+
+/* One weight of a fused launch; groups/tiles [unit_begin, next part's). */
+struct mm_part {
+    const int4 *q;        /* repacked quants */
+    const __half *d;      /* repacked scales */
+    float *y;             /* [n_tokens][n_out] */
+    int n_out;
+    int unit_begin;       /* first GEMV group / GEMM row tile of this part */
+};
+
+struct mm_parts {
+    struct mm_part p[CUDA_MATMUL_MAX_WEIGHTS];
+    int n;
+};
+
+static __device__ __forceinline__ int mm_part_find(const struct mm_parts &ps, int unit)
+{
+    int i = 0;
+    while (i + 1 < ps.n && unit >= ps.p[i + 1].unit_begin)
+        i++;
+    return i;
+}
+
+static __device__ __forceinline__ int dot32(int4 a0, int4 a1, int4 b0, int4 b1)
+{
+    int s = __dp4a(a0.x, b0.x, 0);
+    s = __dp4a(a0.y, b0.y, s);
+    s = __dp4a(a0.z, b0.z, s);
+    s = __dp4a(a0.w, b0.w, s);
+    s = __dp4a(a1.x, b1.x, s);
+    s = __dp4a(a1.y, b1.y, s);
+    s = __dp4a(a1.z, b1.z, s);
+    return __dp4a(a1.w, b1.w, s);
+}
+
+/* ---- GEMV ---- */
+
+/* Exact int -> float for |v| < 2^22 (block dots are below 2^20): an integer
+ * add and an fp32 subtract instead of the quarter-rate I2F conversion. */
+static __device__ __forceinline__ float i2f_exact(int v)
+{
+    return __fsub_rn(__int_as_float(0x4B400000 + v), 12582912.0f);
+}
+
+/* Block: W warps (blockDim.x = 32 W >= 32 NT). Dynamic shared memory: terms
+ * [2][C][NT][32] floats (C = W * BPW; double-buffered, so the serial sum of
+ * round r overlaps the dots of round r + 1 with one barrier per round), then
+ * with XS the Q8_1 copy of the NT
+ * tokens: int8 [NT][n_in] and fp32 scales [NT][nb], quantized here from x
+ * (no separate quantize launch); without XS, xq/xd hold them (scratch). */
+template <int NT, int BPW, bool XS>
+static __global__ void __launch_bounds__(NT <= 2 ? 512 : 256) gemv_q8_kernel(struct mm_parts ps, const float *x,
+                                                             const int8_t *xq, const float *xd,
+                                                             int n_in, int nb)
+{
+    extern __shared__ int4 smem_raw[];
+    float *terms = (float *)smem_raw;
+    int gid = blockIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    int nw = blockDim.x >> 5, C = nw * BPW;
+    int pi = mm_part_find(ps, gid);
+    int g = gid - ps.p[pi].unit_begin;
+    const int4 *qg = ps.p[pi].q + (size_t)g * nb * 64;
+    const __half *dg = ps.p[pi].d + (size_t)g * nb * 32;
+    int t_own = threadIdx.x >> 5;      /* serial phase: token t_own, row lane */
+    float acc = 0.0f;
+    int4 wv0[BPW], wv1[BPW];
+    float wd[BPW];
+
+    /* first round's weights in flight before anything else */
+#pragma unroll
+    for (int j = 0; j < BPW; j++) {
+        int b = warp * BPW + j;
+        if (b < nb) {
+            wv0[j] = __ldg(qg + (size_t)b * 64 + lane);
+            wv1[j] = __ldg(qg + (size_t)b * 64 + 32 + lane);
+            wd[j] = __half2float(dg[(size_t)b * 32 + lane]);
+        }
+    }
+    if (XS) {
+        int8_t *xs = (int8_t *)(terms + 2 * C * NT * 32);
+        float *xds = (float *)(xs + (size_t)NT * n_in);
+        for (int blk = warp; blk < NT * nb; blk += nw) {
+            float d;
+            int q = cuda_q8_1_quantize_lane(__ldg(x + (size_t)blk * 32 + lane), &d);
+            xs[blk * 32 + lane] = (int8_t)q;
+            if (lane == 0)
+                xds[blk] = d;
+        }
+        xq = xs;
+        xd = xds;
+        __syncthreads();
+    }
+
+    for (int c0 = 0, round = 0; c0 < nb; c0 += C, round++) {
+        float *tb = terms + (round & 1) * C * NT * 32;
+#pragma unroll
+        for (int j = 0; j < BPW; j++) {
+            int b = c0 + warp * BPW + j;
+            if (b >= nb)
+                break;
+            int k = warp * BPW + j;
+#pragma unroll
+            for (int t = 0; t < NT; t++) {
+                const int4 *xv = (const int4 *)(xq + (size_t)t * n_in + (size_t)b * 32);
+                float dx;
+                int4 x0, x1;
+                if (XS) {
+                    x0 = xv[0];
+                    x1 = xv[1];
+                    dx = xd[t * nb + b];
+                } else {
+                    x0 = __ldg(xv);
+                    x1 = __ldg(xv + 1);
+                    dx = __ldg(xd + (size_t)t * nb + b);
+                }
+                int isum = dot32(wv0[j], wv1[j], x0, x1);
+                tb[(k * NT + t) * 32 + lane] = __fmul_rn(__fmul_rn(wd[j], dx), i2f_exact(isum));
+            }
+        }
+        /* next round's weights fly during the barrier and the serial sum */
+#pragma unroll
+        for (int j = 0; j < BPW; j++) {
+            int b = c0 + C + warp * BPW + j;
+            if (b < nb) {
+                wv0[j] = __ldg(qg + (size_t)b * 64 + lane);
+                wv1[j] = __ldg(qg + (size_t)b * 64 + 32 + lane);
+                wd[j] = __half2float(dg[(size_t)b * 32 + lane]);
+            }
+        }
+        __syncthreads();
+        if (t_own < NT) {
+            int cn = nb - c0 < C ? nb - c0 : C, k = 0;
+            const float *tp = tb + t_own * 32 + lane;
+            for (; k + 8 <= cn; k += 8) {
+                float v[8];
+#pragma unroll
+                for (int u = 0; u < 8; u++)
+                    v[u] = tp[(k + u) * NT * 32];
+#pragma unroll
+                for (int u = 0; u < 8; u++)
+                    acc = __fadd_rn(acc, v[u]);
+            }
+            for (; k < cn; k++)
+                acc = __fadd_rn(acc, tp[k * NT * 32]);
+        }
+    }
+    if (t_own < NT) {
+        int row = g * 32 + lane;
+        if (row < ps.p[pi].n_out)
+            ps.p[pi].y[(size_t)t_own * ps.p[pi].n_out + row] = acc;
+    }
+}
+
+/* ---- GEMM ---- */
+
+#define BM MM_GEMM_BM
+#define BN MM_GEMM_BN
+#define KB MM_GEMM_KB
+
+struct gemm_smem {
+    int4 a[2][KB][2][BM];     /* [buf][block][half][row] */
+    int4 b[2][KB][2][BN];     /* [buf][block][half][token] */
+    float ad[2][KB][BM];
+    float bd[2][KB][BN];
+};
+
+struct gemm_stage_regs {
+    int4 a[KB];
+    float ad;
+    int4 b;
+    float bd;
+};
+
+/* Global -> registers for the stage starting at block b0 (256 threads). */
+static __device__ __forceinline__ void gemm_load(struct gemm_stage_regs &r, const int4 *q,
+                                                 const __half *d, int g0, int groups, const int8_t *xq,
+                                                 const float *xd, int t0, int n_tokens, int n_in, int nb,
+                                                 int b0)
+{
+    int tid = threadIdx.x;
+    int gi = tid >> 6, w = tid & 63;
+#pragma unroll
+    for (int kb = 0; kb < KB; kb++) {
+        int b = b0 + kb;
+        r.a[kb] = make_int4(0, 0, 0, 0);
+        if (g0 + gi < groups && b < nb)
+            r.a[kb] = __ldg(q + ((size_t)(g0 + gi) * nb + b) * 64 + w);
+    }
+    {   /* scales: KB * BM = 256 (KB = 2) */
+        int kb = tid >> 7, row = tid & 127, b = b0 + kb, gg = g0 + (row >> 5);
+        r.ad = 0.0f;
+        if (gg < groups && b < nb)
+            r.ad = __half2float(d[((size_t)gg * nb + b) * 32 + (row & 31)]);
+    }
+    {   /* activations: KB * BN * 2 halves = 256 int4 */
+        int kb = tid >> 7, rem = tid & 127, tok = rem >> 1, h = rem & 1, b = b0 + kb;
+        r.b = make_int4(0, 0, 0, 0);
+        if (t0 + tok < n_tokens && b < nb)
+            r.b = __ldg((const int4 *)(xq + (size_t)(t0 + tok) * n_in + (size_t)b * 32 + h * 16));
+        r.bd = 0.0f;
+        if (tid < KB * BN) {
+            int kb2 = tid / BN, tk = tid % BN;
+            if (t0 + tk < n_tokens && b0 + kb2 < nb)
+                r.bd = __ldg(xd + (size_t)(t0 + tk) * nb + b0 + kb2);
+        }
+    }
+}
+
+static __device__ __forceinline__ void gemm_store(struct gemm_smem &sm, int buf,
+                                                  const struct gemm_stage_regs &r)
+{
+    int tid = threadIdx.x;
+    int gi = tid >> 6, w = tid & 63;
+#pragma unroll
+    for (int kb = 0; kb < KB; kb++)
+        sm.a[buf][kb][w >> 5][gi * 32 + (w & 31)] = r.a[kb];
+    sm.ad[buf][tid >> 7][tid & 127] = r.ad;
+    int rem = tid & 127;
+    sm.b[buf][tid >> 7][rem & 1][rem >> 1] = r.b;
+    if (tid < KB * BN)
+        sm.bd[buf][tid / BN][tid % BN] = r.bd;
+}
+
+static __global__ void __launch_bounds__(MM_GEMM_THREADS, MM_GEMM_MIN_BLOCKS) gemm_q8_kernel(struct mm_parts ps,
+                                                                        const int8_t *xq,
+                                                                        const float *xd, int n_in,
+                                                                        int nb, int n_tokens)
+{
+    __shared__ struct gemm_smem sm;
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    int pi = mm_part_find(ps, blockIdx.x);
+    int tile = blockIdx.x - ps.p[pi].unit_begin;
+    int n_out = ps.p[pi].n_out, groups = (n_out + 31) >> 5, g0 = tile * (BM / 32);
+    int t0 = blockIdx.y * BN;
+    float acc[4][8];
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int t = 0; t < 8; t++)
+            acc[i][t] = 0.0f;
+
+    struct gemm_stage_regs r;
+    gemm_load(r, ps.p[pi].q, ps.p[pi].d, g0, groups, xq, xd, t0, n_tokens, n_in, nb, 0);
+    gemm_store(sm, 0, r);
+    __syncthreads();
+    int n_stages = (nb + KB - 1) / KB;
+    for (int s = 0; s < n_stages; s++) {
+        int buf = s & 1;
+        if (s + 1 < n_stages)
+            gemm_load(r, ps.p[pi].q, ps.p[pi].d, g0, groups, xq, xd, t0, n_tokens, n_in, nb,
+                      (s + 1) * KB);
+#pragma unroll
+        for (int kb = 0; kb < KB; kb++) {
+            if (s * KB + kb >= nb)
+                break;
+            int isum[4][8];
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+#pragma unroll
+                for (int t = 0; t < 8; t++)
+                    isum[i][t] = 0;
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                int4 a[4];
+#pragma unroll
+                for (int i = 0; i < 4; i++)
+                    a[i] = sm.a[buf][kb][h][lane + 32 * i];
+#pragma unroll
+                for (int t = 0; t < 8; t++) {
+                    int4 bv = sm.b[buf][kb][h][warp * 8 + t];
+#pragma unroll
+                    for (int i = 0; i < 4; i++) {
+                        int v = __dp4a(a[i].x, bv.x, isum[i][t]);
+                        v = __dp4a(a[i].y, bv.y, v);
+                        v = __dp4a(a[i].z, bv.z, v);
+                        isum[i][t] = __dp4a(a[i].w, bv.w, v);
+                    }
+                }
+            }
+            float da[4], db[8];
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+                da[i] = sm.ad[buf][kb][lane + 32 * i];
+#pragma unroll
+            for (int t = 0; t < 8; t++)
+                db[t] = sm.bd[buf][kb][warp * 8 + t];
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+#pragma unroll
+                for (int t = 0; t < 8; t++)
+                    acc[i][t] = __fadd_rn(acc[i][t], __fmul_rn(__fmul_rn(da[i], db[t]), i2f_exact(isum[i][t])));
+        }
+        if (s + 1 < n_stages)
+            gemm_store(sm, buf ^ 1, r);
+        __syncthreads();
+    }
+    float *y = ps.p[pi].y;
+#pragma unroll
+    for (int t = 0; t < 8; t++) {
+        int tok = t0 + warp * 8 + t;
+        if (tok >= n_tokens)
+            continue;
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            int row = tile * BM + lane + 32 * i;
+            if (row < n_out)
+                y[(size_t)tok * n_out + row] = acc[i][t];
+        }
+    }
+}
+
+/* ---- F16 / F32 weights ---- */
+
+template <typename T>
+static __device__ __forceinline__ float load_f(const T *p);
+template <>
+__device__ __forceinline__ float load_f<float>(const float *p) { return __ldg(p); }
+template <>
+__device__ __forceinline__ float load_f<__half>(const __half *p) { return __half2float(__ldg(p)); }
+
+/* A warp per row (8 per block); fixed-order sum, the same for every n_tokens. */
+template <typename T>
+static __global__ void gemv_f_kernel(float *y, const T *w, const float *x, int n_in, int n_out,
+                                     int n_tokens)
+{
+    int row = blockIdx.x * 8 + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    if (row >= n_out)
+        return;
+    const T *wr = w + (size_t)row * n_in;
+    for (int t = 0; t < n_tokens; t++) {
+        const float *xt = x + (size_t)t * n_in;
+        float s = 0.0f;
+        for (int k = lane; k < n_in; k += 32)
+            s = __fmaf_rn(load_f(wr + k), xt[k], s);
+        s = warp_sum(s);
+        if (lane == 0)
+            y[(size_t)t * n_out + row] = s;
+    }
+}
+
+/* ---- host side ---- */
+
+static int device_cc(void)
+{
+    int dev = 0, major = 7, minor = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
+    return major * 10 + minor;
+}
+
+/* 32-value blocks each warp loads per round. 8 for NT <= 2 measured worse on
+ * H200 (one 512-thread block per SM at 128 registers: 42% vs 54% of read
+ * bandwidth over the 9B decode projections), so 4 throughout. */
+#define GEMV_BPW(nt) 4
+
+static size_t gemv_terms_bytes(int nt, int warps)
+{
+    return 2 * (size_t)warps * GEMV_BPW(nt) * nt * 32 * sizeof(float);
+}
+
+static size_t gemv_xs_bytes(int nt, int n_in)
+{
+    return (size_t)nt * n_in + (size_t)nt * (n_in / 32) * sizeof(float);
+}
+
+template <int NT, bool XS>
+static cudaError_t gemv_launch_nt(const struct mm_parts &ps, int units, const float *x,
+                                  const int8_t *xq, const float *xd, int n_in, int nb, int warps,
+                                  cudaStream_t s)
+{
+    size_t smem = gemv_terms_bytes(NT, warps) + (XS ? gemv_xs_bytes(NT, n_in) : 0);
+    if (!XS && smem > 48 * 1024)
+        warps = 8;   /* keep the scratch path under the default limit */
+    smem = gemv_terms_bytes(NT, warps) + (XS ? gemv_xs_bytes(NT, n_in) : 0);
+    if (smem > 48 * 1024) {
+        cudaError_t e = cudaFuncSetAttribute(gemv_q8_kernel<NT, GEMV_BPW(NT), XS>,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        if (e != cudaSuccess)
+            return e;
+    }
+    gemv_q8_kernel<NT, GEMV_BPW(NT), XS><<<units, warps * 32, smem, s>>>(ps, x, xq, xd, n_in, nb);
+    return cudaGetLastError();
+}
+
+template <bool XS>
+static cudaError_t gemv_launch(int nt, const struct mm_parts &ps, int units, const float *x,
+                               const int8_t *xq, const float *xd, int n_in, int nb, int warps,
+                               cudaStream_t s)
+{
+    switch (nt) {
+    case 1: return gemv_launch_nt<1, XS>(ps, units, x, xq, xd, n_in, nb, warps, s);
+    case 2: return gemv_launch_nt<2, XS>(ps, units, x, xq, xd, n_in, nb, warps, s);
+    case 3: return gemv_launch_nt<3, XS>(ps, units, x, xq, xd, n_in, nb, warps, s);
+    case 4: return gemv_launch_nt<4, XS>(ps, units, x, xq, xd, n_in, nb, warps, s);
+    case 5: return gemv_launch_nt<5, XS>(ps, units, x, xq, xd, n_in, nb, warps, s);
+    case 6: return gemv_launch_nt<6, XS>(ps, units, x, xq, xd, n_in, nb, warps, s);
+    case 7: return gemv_launch_nt<7, XS>(ps, units, x, xq, xd, n_in, nb, warps, s);
+    default: return gemv_launch_nt<8, XS>(ps, units, x, xq, xd, n_in, nb, warps, s);
+    }
+}
+
+/* How one GEMV launch of nt tokens runs: warps per block and whether x is
+ * quantized in shared memory (true) or read from scratch (false). */
+static bool gemv_plan(const struct mm_arch_tiles *tiles, int nt, int n_in, int *warps)
+{
+    *warps = nt <= tiles->gemv_small_nt ? tiles->gemv_warps_small : tiles->gemv_warps;
+    return nt <= tiles->gemv_fuse_quant_nt &&
+           gemv_terms_bytes(nt, *warps) + gemv_xs_bytes(nt, n_in) <= (size_t)tiles->gemv_smem_max;
+}
+
+/* The Q8_0 weights ws[0..n) (validated: same n_in). Quantizes x into scratch
+ * first unless every launch quantizes it in shared memory. */
+static int matmul_q8(int n, float *const *ys, const struct cs_weight *const *ws, const float *x,
+                     int n_tokens, void *scratch, size_t scratch_bytes, cudaStream_t s,
+                     enum cuda_mm_kernel kernel)
+{
+    const struct mm_arch_tiles *tiles = mm_arch_tiles_for(device_cc());
+    int n_in = (int)ws[0]->n_in, nb = n_in / 32;
+    bool gemm = kernel == CUDA_MM_GEMM ||
+                (kernel == CUDA_MM_AUTO && n_tokens > tiles->gemv_max_tokens);
+    bool need_scratch = gemm;
+    for (int t0 = 0; !gemm && t0 < n_tokens; t0 += MM_GEMV_MAX_TOKENS) {
+        int nt = n_tokens - t0 < MM_GEMV_MAX_TOKENS ? n_tokens - t0 : MM_GEMV_MAX_TOKENS, warps;
+        if (!gemv_plan(tiles, nt, n_in, &warps))
+            need_scratch = true;
+    }
+    const int8_t *xq = (const int8_t *)scratch;
+    const float *xd = (const float *)((char *)scratch + cuda_q8_1_scales_offset(n_in, n_tokens));
+    if (need_scratch) {
+        size_t need = cuda_matmul_scratch_bytes(n_in, n_tokens);
+        if (!scratch || scratch_bytes < need) {
+            LOG_ERROR("matmul", "scratch too small: %zu < %zu bytes", scratch_bytes, need);
+            return CS_EINVAL;
+        }
+        int rc = cuda_quantize_q8_1(scratch, x, n_in, n_tokens, s);
+        if (rc != CS_OK)
+            return rc;
+    }
+    struct mm_parts ps;
+    ps.n = n;
+    int units = 0;
+    for (int i = 0; i < n; i++) {
+        int groups = (int)((ws[i]->n_out + 31) / 32);
+        ps.p[i].q = (const int4 *)ws[i]->data;
+        ps.p[i].d = (const __half *)ws[i]->aux;
+        ps.p[i].y = ys[i];
+        ps.p[i].n_out = (int)ws[i]->n_out;
+        ps.p[i].unit_begin = units;
+        units += gemm ? (groups + BM / 32 - 1) / (BM / 32) : groups;
+    }
+    if (gemm) {
+        dim3 grid(units, (n_tokens + BN - 1) / BN);
+        gemm_q8_kernel<<<grid, MM_GEMM_THREADS, 0, s>>>(ps, xq, xd, n_in, nb, n_tokens);
+        CS_CUDA_LAUNCHED("gemm_q8");
+        return CS_OK;
+    }
+    for (int t0 = 0; t0 < n_tokens; t0 += MM_GEMV_MAX_TOKENS) {
+        int nt = n_tokens - t0 < MM_GEMV_MAX_TOKENS ? n_tokens - t0 : MM_GEMV_MAX_TOKENS, warps;
+        bool xs = gemv_plan(tiles, nt, n_in, &warps);
+        struct mm_parts pt = ps;
+        for (int i = 0; i < n; i++)
+            pt.p[i].y = ys[i] + (size_t)t0 * ws[i]->n_out;
+        const float *xt = x + (size_t)t0 * n_in;
+        cudaError_t e = xs ? gemv_launch<true>(nt, pt, units, xt, NULL, NULL, n_in, nb, warps, s)
+                           : gemv_launch<false>(nt, pt, units, xt, xq + (size_t)t0 * n_in,
+                                                xd + (size_t)t0 * nb, n_in, nb, warps, s);
+        if (e != cudaSuccess) {
+            LOG_ERROR("matmul", "gemv_q8 launch failed: %s", cudaGetErrorString(e));
+            return CS_ECUDA;
+        }
+    }
+    return CS_OK;
+}
+
+static int matmul_f(float *y, const struct cs_weight *w, const float *x, int n_tokens, cudaStream_t s)
+{
+    unsigned grid = cs_div_up((size_t)w->n_out, 8);
+    if (w->type == CS_DTYPE_F16)
+        gemv_f_kernel<__half><<<grid, 256, 0, s>>>(y, (const __half *)w->data, x, (int)w->n_in,
+                                                   (int)w->n_out, n_tokens);
+    else
+        gemv_f_kernel<float><<<grid, 256, 0, s>>>(y, (const float *)w->data, x, (int)w->n_in,
+                                                  (int)w->n_out, n_tokens);
+    CS_CUDA_LAUNCHED("gemv_f");
+    return CS_OK;
+}
+
+static int matmul_check(int n, float *const *ys, const struct cs_weight *const *ws, const float *x,
+                        int n_tokens, bool *any_q8)
+{
+    if (n <= 0 || n > CUDA_MATMUL_MAX_WEIGHTS || !ys || !ws || !x || n_tokens <= 0) {
+        LOG_ERROR("matmul", "bad call n=%d n_tokens=%d", n, n_tokens);
+        return CS_EINVAL;
+    }
+    *any_q8 = false;
+    for (int i = 0; i < n; i++) {
+        if (!ws[i] || !ws[i]->data || !ys[i] || ws[i]->n_in != ws[0]->n_in) {
+            LOG_ERROR("matmul", "bad weight %d of %d (missing, or n_in differs)", i, n);
+            return CS_EINVAL;
+        }
+        if (ws[i]->type == CS_DTYPE_Q8_0)
+            *any_q8 = true;
+        else if (ws[i]->type != CS_DTYPE_F16 && ws[i]->type != CS_DTYPE_F32)
+            return CS_EUNSUPPORTED;
+    }
+    return CS_OK;
+}
+
+extern "C" int cuda_matmul_with(int n, float *const *ys, const struct cs_weight *const *ws,
+                                const float *x, int n_tokens, void *scratch, size_t scratch_bytes,
+                                struct CUstream_st *stream, enum cuda_mm_kernel kernel)
+{
+    bool any_q8;
+    int rc = matmul_check(n, ys, ws, x, n_tokens, &any_q8);
+    if (rc != CS_OK)
+        return rc;
+    /* fuse the Q8_0 weights; F16/F32 ones run alone */
+    float *qys[CUDA_MATMUL_MAX_WEIGHTS];
+    const struct cs_weight *qws[CUDA_MATMUL_MAX_WEIGHTS];
+    int nq = 0;
+    for (int i = 0; i < n; i++) {
+        if (ws[i]->type == CS_DTYPE_Q8_0) {
+            qys[nq] = ys[i];
+            qws[nq++] = ws[i];
+        } else if ((rc = matmul_f(ys[i], ws[i], x, n_tokens, stream)) != CS_OK) {
+            return rc;
+        }
+    }
+    if (nq > 0)
+        rc = matmul_q8(nq, qys, qws, x, n_tokens, scratch, scratch_bytes, stream, kernel);
+    return rc;
+}
+
+extern "C" int cuda_matmul(int n, float *const *ys, const struct cs_weight *const *ws, const float *x,
+                           int n_tokens, void *scratch, size_t scratch_bytes, struct CUstream_st *stream)
+{
+    return cuda_matmul_with(n, ys, ws, x, n_tokens, scratch, scratch_bytes, stream, CUDA_MM_AUTO);
+}

@@ -1,0 +1,120 @@
+/* matmul.h - the C interface of the CUDA matrix work: weight upload (with
+ * repacking), weight free, and y = W x for one or several weights reading the
+ * same activations. kernels/cuda/ops_cuda.cu calls these from its struct
+ * cs_backend entries (weight_upload, weight_free, matmul); tools/bench.c and
+ * tests/gpu/test_matmul call them directly.
+ *
+ * Every pointer is device memory unless marked host. Every function works on
+ * the calling thread's current CUDA device (the caller does cudaSetDevice) and
+ * queues its work on `stream` (NULL: the legacy default stream). Errors are
+ * logged once here and returned as CS_ECUDA / CS_ENOMEM / CS_EINVAL /
+ * CS_EUNSUPPORTED (common/status.h).
+ *
+ * Device layouts (what weight_upload leaves behind w->data / w->aux)
+ * - Q8_0: rows padded to a multiple of 32 ("groups" of 32 rows, padding rows
+ *   are zero). Quants: int8 [group][block][half][lane][16], i.e. 1024
+ *   contiguous bytes per (group, 32-value block), half h holding values
+ *   16h..16h+15 of row 32*group+lane. Scales (w->aux, inside the same
+ *   allocation): fp16 [group][block][lane]. w->type stays CS_DTYPE_Q8_0.
+ * - F16: fp16 [n_out][n_in] (as in the file); w->type CS_DTYPE_F16.
+ * - F32 and BF16: fp32 [n_out][n_in] (BF16 is widened exactly at upload, as
+ *   sm_70 has no bf16 math); w->type becomes CS_DTYPE_F32.
+ * w->bytes is the size of the one allocation behind w->data.
+ *
+ * Numerics (the contract the CPU int8 path can reproduce bit for bit)
+ * - Activations are quantized once per call to Q8_1 blocks of 32 values
+ *   (kernels/cpu/quant.h's rule): amax = max |x|, d = amax / 127 (fp32),
+ *   q = round-half-away-from-zero(x / d) with a correctly rounded division,
+ *   q = 0 when amax == 0.
+ * - Q8_0 output element y[t][r]: acc = 0.0f; for block b = 0, 1, ... in
+ *   increasing order: isum = exact int32 dot of the 32 int8 pairs;
+ *   s = fp32(d_w[r][b]) * d_x[t][b]; acc = acc + s * (float)isum (each
+ *   operation rounded separately, no fused multiply-add). Every kernel (GEMV
+ *   for few tokens, GEMM for many) follows this order, so y[t] is bitwise
+ *   independent of n_tokens and of the other tokens and weights in the call.
+ * - F16/F32 weights use fp32 x directly: per output a fixed-order sum (lane
+ *   l of a warp sums k = l, l+32, ... with FMA, then a fixed xor-shuffle
+ *   tree), the same for every n_tokens; not bit-equal to a CPU loop. */
+#ifndef CS_CUDA_MATMUL_H
+#define CS_CUDA_MATMUL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../ops.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct CUstream_st;  /* = cudaStream_t, so C callers need no CUDA header */
+
+/* Largest number of weights one cuda_matmul call may take. */
+#define CUDA_MATMUL_MAX_WEIGHTS 8
+
+/* Upload host_data (ggml layout, e.g. the GGUF mmap; host memory) of a
+ * type (CS_DTYPE_Q8_0, F16, F32 or BF16) matrix of n_out rows of n_in values
+ * into a new device allocation in the layout above, filling *w. Q8_0 needs
+ * n_in % 32 == 0. The repack runs on the GPU through a bounded staging
+ * buffer; the function returns once the upload is complete (host_data may be
+ * unmapped afterwards). Returns CS_OK, CS_EINVAL (bad shape), CS_EUNSUPPORTED
+ * (type), CS_ENOMEM (device memory) or CS_ECUDA; on error *w is zeroed. */
+int cuda_weight_upload(struct cs_weight *w, uint32_t type, int64_t n_in, int64_t n_out,
+                       const void *host_data, struct CUstream_st *stream);
+
+/* Free what cuda_weight_upload allocated and zero *w; NULL-safe, idempotent. */
+void cuda_weight_free(struct cs_weight *w);
+
+/* Scratch bytes cuda_matmul needs for n_tokens activations of n_in values
+ * (the Q8_1 copy of x). Allocate once for the largest n_in * n_tokens. */
+size_t cuda_matmul_scratch_bytes(int64_t n_in, int n_tokens);
+
+/* ys[i] = ws[i] x for i < n (n <= CUDA_MATMUL_MAX_WEIGHTS): x is fp32
+ * [n_tokens][n_in] (all ws[i] share n_in), ys[i] fp32 [n_tokens][ws[i]->n_out].
+ * Weights of one type are fused into one launch over their concatenated rows;
+ * x is quantized once into scratch (>= cuda_matmul_scratch_bytes bytes,
+ * device memory, may be NULL when no weight is Q8_0). Asynchronous on stream.
+ * Returns CS_OK, CS_EINVAL (shapes, scratch too small) or CS_ECUDA (launch
+ * error, logged). */
+int cuda_matmul(int n, float *const *ys, const struct cs_weight *const *ws, const float *x,
+                int n_tokens, void *scratch, size_t scratch_bytes, struct CUstream_st *stream);
+
+/* Quantize x fp32 [n_tokens][n_in] (n_in % 32 == 0) to Q8_1 in scratch:
+ * int8 quants [n_tokens][n_in] at offset 0, then fp32 scales
+ * [n_tokens][n_in / 32] at offset cuda_q8_1_scales_offset(n_in, n_tokens).
+ * cuda_matmul does this itself; exposed for tests. */
+int cuda_quantize_q8_1(void *scratch, const float *x, int64_t n_in, int n_tokens,
+                       struct CUstream_st *stream);
+size_t cuda_q8_1_scales_offset(int64_t n_in, int n_tokens);
+
+/* Kernel choice for Q8_0, for benches and tests: CUDA_MM_AUTO picks by shape
+ * and n_tokens (all choices give bitwise equal results). */
+enum cuda_mm_kernel { CUDA_MM_AUTO = 0, CUDA_MM_GEMV = 1, CUDA_MM_GEMM = 2 };
+
+/* cuda_matmul with the Q8_0 kernel forced (tests: GEMV == GEMM bitwise). */
+int cuda_matmul_with(int n, float *const *ys, const struct cs_weight *const *ws, const float *x,
+                     int n_tokens, void *scratch, size_t scratch_bytes, struct CUstream_st *stream,
+                     enum cuda_mm_kernel kernel);
+
+#ifdef __cplusplus
+}
+#endif
+
+#ifdef __CUDACC__
+/* The Q8_1 rule of one value v of a 32-value block, for every kernel that
+ * quantizes (quantize.cu, the GEMV's fused prologue): all 32 lanes of a warp
+ * call it with their value; returns q, sets *d. Bitwise the same everywhere. */
+static __device__ __forceinline__ int cuda_q8_1_quantize_lane(float v, float *d)
+{
+    float amax = fabsf(v);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    *d = __fdiv_rn(amax, 127.0f);
+    if (!(amax > 0.0f))
+        return 0;
+    int q = (int)roundf(__fdiv_rn(v, *d));
+    return q > 127 ? 127 : (q < -127 ? -127 : q);
+}
+#endif
+#endif

@@ -1,0 +1,64 @@
+/* norm.cu - RMSNorm ops of kernels/ops.h on CUDA: rmsnorm (one block per
+ * token) and gated_rmsnorm (one warp per head: x = rmsnorm(x) * w * silu(z)).
+ * Sums of squares use a fixed reduction tree per row (batch invariant). */
+#include "cuda_util.cuh"
+#include "ops_cuda.cuh"
+
+#define NORM_THREADS 256
+
+/* One block per token: out[t] = x[t] * rsqrt(mean(x[t]^2) + eps) * w. */
+static __global__ void k_rmsnorm(float *out, const float *x, const float *w, int dim, float eps)
+{
+    __shared__ float scratch[32];
+    const float *xr = x + (size_t)blockIdx.x * dim;
+    float *yr = out + (size_t)blockIdx.x * dim;
+    float ss = 0.0f;
+    for (int i = threadIdx.x; i < dim; i += blockDim.x)
+        ss += xr[i] * xr[i];
+    ss = block_sum(ss, scratch);
+    float scale = 1.0f / sqrtf(ss / (float)dim + eps);
+    for (int i = threadIdx.x; i < dim; i += blockDim.x)
+        yr[i] = xr[i] * scale * w[i];
+}
+
+/* One warp per head of head_dim values: x = rmsnorm(x) * w * silu(z). */
+static __global__ void k_gated_rmsnorm(float *x, const float *z, const float *w, int n_rows,
+                                       int head_dim, float eps)
+{
+    int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    int lane = threadIdx.x & 31;
+    if (row >= n_rows)
+        return;
+    float *xr = x + (size_t)row * head_dim;
+    const float *zr = z + (size_t)row * head_dim;
+    float ss = 0.0f;
+    for (int i = lane; i < head_dim; i += 32)
+        ss += xr[i] * xr[i];
+    ss = warp_sum(ss);
+    float scale = 1.0f / sqrtf(ss / (float)head_dim + eps);
+    for (int i = lane; i < head_dim; i += 32)
+        xr[i] = xr[i] * scale * w[i] * silu_f(zr[i]);
+}
+
+int cuda_op_rmsnorm(struct cs_backend *be, float *out, const float *x, const float *w, int n_tokens,
+                    int dim, float eps)
+{
+    if (n_tokens <= 0)
+        return CS_OK;
+    k_rmsnorm<<<n_tokens, NORM_THREADS, 0, cuda_ctx_of(be)->stream>>>(out, x, w, dim, eps);
+    CS_CUDA_LAUNCHED("rmsnorm");
+    return CS_OK;
+}
+
+int cuda_op_gated_rmsnorm(struct cs_backend *be, float *x, const float *z, const float *w,
+                          int n_heads, int head_dim, float eps, int n_tokens)
+{
+    int rows = n_heads * n_tokens;
+    if (rows <= 0)
+        return CS_OK;
+    const int warps = 4;
+    k_gated_rmsnorm<<<cs_div_up(rows, warps), warps * 32, 0, cuda_ctx_of(be)->stream>>>(
+        x, z, w, rows, head_dim, eps);
+    CS_CUDA_LAUNCHED("gated_rmsnorm");
+    return CS_OK;
+}

@@ -1,0 +1,387 @@
+/* ops_cuda.cu - the CUDA backend: its context (device, compute stream, batch
+ * upload, scratch), the memory functions, step_begin, and the table of
+ * kernels/ops.h filled with the entry points of the other .cu files of this
+ * folder. The matrix functions (weight upload/free, matmul) come from
+ * matmul.h, owned by the matrix-kernel files.
+ *
+ * All ops run asynchronously on one compute stream; sync waits for it.
+ * Errors are logged once (CS_CUDA_CHECK) and returned as CS_ECUDA; nothing
+ * here exits or aborts. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_util.cuh"
+#include "matmul.h"
+#include "ops_cuda.cuh"
+
+/* ---- helpers shared by the op files ---- */
+
+int cuda_buffer_reserve(void **buf, size_t *cap, size_t bytes)
+{
+    if (bytes <= *cap && *buf)
+        return CS_OK;
+    size_t want = bytes + bytes / 4 + 4096;
+    if (*buf) {
+        CS_CUDA_CHECK(cudaDeviceSynchronize());   /* queued kernels may still use it */
+        CS_CUDA_CHECK(cudaFree(*buf));
+        *buf = NULL;
+        *cap = 0;
+    }
+    CS_CUDA_CHECK(cudaMalloc(buf, want));
+    *cap = want;
+    return CS_OK;
+}
+
+int cuda_batch_check(struct cuda_ctx *c, const struct cs_batch *b, const char *op)
+{
+    if (!b || b->n_tokens != c->batch.n_tokens || b->n_seqs != c->batch.n_seqs) {
+        LOG_ERROR("cuda", "%s: batch differs from the one of step_begin (n_tokens=%d n_seqs=%d)",
+                  op, b ? b->n_tokens : -1, b ? b->n_seqs : -1);
+        return CS_EINVAL;
+    }
+    return CS_OK;
+}
+
+/* ---- memory ---- */
+
+static int cu_alloc(struct cs_backend *be, void **ptr, size_t bytes)
+{
+    struct cuda_ctx *c = cuda_ctx_of(be);
+    *ptr = NULL;
+    if (bytes == 0)
+        bytes = 1;
+    cudaError_t e = cudaMalloc(ptr, bytes);
+    if (e != cudaSuccess) {
+        LOG_ERROR("cuda", "cudaMalloc(%zu bytes) failed: %s", bytes, cudaGetErrorString(e));
+        *ptr = NULL;
+        return e == cudaErrorMemoryAllocation ? CS_ENOMEM : CS_ECUDA;
+    }
+    CS_CUDA_CHECK(cudaMemsetAsync(*ptr, 0, bytes, c->stream));
+    return CS_OK;
+}
+
+static void cu_free(struct cs_backend *be, void *ptr)
+{
+    (void)be;
+    if (ptr)
+        cudaFree(ptr);   /* synchronises the device; an error leaves nothing to do */
+}
+
+static int cu_upload(struct cs_backend *be, void *dst, const void *host_src, size_t bytes)
+{
+    struct cuda_ctx *c = cuda_ctx_of(be);
+    if (bytes == 0)
+        return CS_OK;
+    CS_CUDA_CHECK(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, c->stream));
+    CS_CUDA_CHECK(cudaStreamSynchronize(c->stream));   /* host_src may be freed at return */
+    return CS_OK;
+}
+
+static int cu_download(struct cs_backend *be, void *host_dst, const void *src, size_t bytes)
+{
+    struct cuda_ctx *c = cuda_ctx_of(be);
+    if (bytes == 0)
+        return CS_OK;
+    CS_CUDA_CHECK(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, c->stream));
+    CS_CUDA_CHECK(cudaStreamSynchronize(c->stream));
+    return CS_OK;
+}
+
+static int cu_copy(struct cs_backend *be, void *dst, const void *src, size_t bytes)
+{
+    struct cuda_ctx *c = cuda_ctx_of(be);
+    if (bytes == 0)
+        return CS_OK;
+    CS_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, c->stream));
+    return CS_OK;
+}
+
+static int cu_zero(struct cs_backend *be, void *dst, size_t bytes)
+{
+    struct cuda_ctx *c = cuda_ctx_of(be);
+    if (bytes == 0)
+        return CS_OK;
+    CS_CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, c->stream));
+    return CS_OK;
+}
+
+static int cu_sync(struct cs_backend *be)
+{
+    struct cuda_ctx *c = cuda_ctx_of(be);
+    CS_CUDA_CHECK(cudaStreamSynchronize(c->stream));
+    return CS_OK;
+}
+
+static int cu_mem_info(struct cs_backend *be, size_t *free_bytes, size_t *total_bytes)
+{
+    (void)be;
+    size_t f = 0, t = 0;
+    CS_CUDA_CHECK(cudaMemGetInfo(&f, &t));
+    if (free_bytes)
+        *free_bytes = f;
+    if (total_bytes)
+        *total_bytes = t;
+    return CS_OK;
+}
+
+/* ---- matrix work: matmul.h behind the table's entries ---- */
+
+static int cu_weight_upload(struct cs_backend *be, struct cs_weight *w, uint32_t type,
+                            int64_t n_in, int64_t n_out, const void *host_data)
+{
+    return cuda_weight_upload(w, type, n_in, n_out, host_data, cuda_ctx_of(be)->stream);
+}
+
+static void cu_weight_free(struct cs_backend *be, struct cs_weight *w)
+{
+    (void)be;
+    cuda_weight_free(w);
+}
+
+static int cu_matmul(struct cs_backend *be, int n, float *const *ys,
+                     const struct cs_weight *const *ws, const float *x, int n_tokens)
+{
+    struct cuda_ctx *c = cuda_ctx_of(be);
+    if (n <= 0 || n_tokens <= 0)
+        return CS_OK;
+    size_t need = cuda_matmul_scratch_bytes(ws[0]->n_in, n_tokens);
+    int rc = cuda_buffer_reserve(&c->mm_scratch, &c->mm_scratch_cap, need);
+    if (rc != CS_OK)
+        return rc;
+    return cuda_matmul(n, ys, ws, x, n_tokens, c->mm_scratch, c->mm_scratch_cap, c->stream);
+}
+
+/* ---- step_begin: the batch and the attention work lists, one upload ---- */
+
+struct stage_layout {
+    size_t off[8];      /* tokens pos seq_of seq_start slot page_table dec qtiles (int32 units) */
+    size_t n_int32;
+};
+
+static void stage_layout_compute(struct stage_layout *l, const struct cs_batch *b, int n_dec,
+                                 int n_qtiles)
+{
+    size_t n = (size_t)b->n_tokens, s = (size_t)b->n_seqs;
+    size_t sizes[8] = {n, n, n, s + 1, s, s * (size_t)(b->max_pages > 0 ? b->max_pages : 0),
+                       (size_t)n_dec, 2 * (size_t)n_qtiles};
+    size_t at = 0;
+    for (int i = 0; i < 8; i++) {
+        l->off[i] = at;
+        at += (sizes[i] + 3) & ~(size_t)3;   /* 16-byte aligned sections */
+    }
+    l->n_int32 = at;
+}
+
+static void stage_copy(int32_t *dst, const int32_t *src, size_t n)
+{
+    if (src)
+        memcpy(dst, src, n * sizeof(int32_t));
+    else
+        memset(dst, 0, n * sizeof(int32_t));
+}
+
+/* Count decode tokens (a sequence with one token in this step) and prefill
+ * query tiles; when out arrays are given, fill them. Returns the splits of
+ * the longest decode context through *max_splits. */
+static void batch_work_lists(const struct cs_batch *b, int32_t *dec, int32_t *qt, int *n_dec,
+                             int *n_qtiles, int *max_splits)
+{
+    int nd = 0, nq = 0, ms = 0;
+    for (int s = 0; s < b->n_seqs; s++) {
+        int t0 = b->seq_start[s], t1 = b->seq_start[s + 1];
+        if (t1 - t0 == 1) {
+            if (dec)
+                dec[nd] = t0;
+            nd++;
+            int splits = (b->pos[t0] + CS_ATTN_SPLIT) / CS_ATTN_SPLIT;
+            if (splits > ms)
+                ms = splits;
+            continue;
+        }
+        for (int t = t0; t < t1; t += CS_ATTN_QTILE) {
+            int nt = t1 - t < CS_ATTN_QTILE ? t1 - t : CS_ATTN_QTILE;
+            if (qt) {
+                qt[2 * nq] = t;
+                qt[2 * nq + 1] = nt;
+            }
+            nq++;
+        }
+    }
+    *n_dec = nd;
+    *n_qtiles = nq;
+    *max_splits = ms;
+}
+
+static int batch_validate(const struct cs_batch *b)
+{
+    if (b->n_tokens < 0 || b->n_seqs < 0 || (b->n_tokens > 0 && b->n_seqs <= 0))
+        return CS_EINVAL;
+    if (b->n_seqs > 0 && (!b->seq_start || !b->pos || b->seq_start[0] != 0 ||
+                          b->seq_start[b->n_seqs] != b->n_tokens))
+        return CS_EINVAL;
+    for (int s = 0; s < b->n_seqs; s++)
+        if (b->seq_start[s + 1] < b->seq_start[s])
+            return CS_EINVAL;
+    for (int t = 0; t < b->n_tokens; t++)
+        if (b->pos[t] < 0)
+            return CS_EINVAL;
+    return CS_OK;
+}
+
+static int cu_step_begin(struct cs_backend *be, const struct cs_batch *b)
+{
+    struct cuda_ctx *c = cuda_ctx_of(be);
+    if (!b || batch_validate(b) != CS_OK) {
+        LOG_ERROR("cuda", "step_begin: malformed batch");
+        return CS_EINVAL;
+    }
+    int n_dec, n_qt, max_splits;
+    batch_work_lists(b, NULL, NULL, &n_dec, &n_qt, &max_splits);
+    struct stage_layout l;
+    stage_layout_compute(&l, b, n_dec, n_qt);
+    size_t bytes = l.n_int32 * sizeof(int32_t) + 16;
+    CS_CUDA_CHECK(cudaEventSynchronize(c->stage_done));   /* the last upload left h_stage */
+    if (bytes > c->stage_cap) {
+        CS_CUDA_CHECK(cudaStreamSynchronize(c->stream));  /* queued kernels read d_stage */
+        if (c->h_stage)
+            cudaFreeHost(c->h_stage);
+        if (c->d_stage)
+            cudaFree(c->d_stage);
+        c->h_stage = c->d_stage = NULL;
+        c->stage_cap = 0;
+        size_t want = bytes * 2;
+        CS_CUDA_CHECK(cudaMallocHost(&c->h_stage, want));
+        CS_CUDA_CHECK(cudaMalloc(&c->d_stage, want));
+        c->stage_cap = want;
+    }
+    int32_t *h = (int32_t *)c->h_stage, *d = (int32_t *)c->d_stage;
+    size_t n = (size_t)b->n_tokens, s = (size_t)b->n_seqs;
+    stage_copy(h + l.off[0], b->tokens, n);
+    stage_copy(h + l.off[1], b->pos, n);
+    stage_copy(h + l.off[2], b->seq_of, n);
+    stage_copy(h + l.off[3], b->seq_start, s + 1);
+    stage_copy(h + l.off[4], b->slot, s);
+    if (b->max_pages > 0)
+        stage_copy(h + l.off[5], b->page_table, s * (size_t)b->max_pages);
+    batch_work_lists(b, h + l.off[6], h + l.off[7], &n_dec, &n_qt, &max_splits);
+    CS_CUDA_CHECK(cudaMemcpyAsync(d, h, l.n_int32 * sizeof(int32_t), cudaMemcpyHostToDevice,
+                                  c->stream));
+    CS_CUDA_CHECK(cudaEventRecord(c->stage_done, c->stream));
+    struct cuda_batch *cb = &c->batch;
+    cb->n_tokens = b->n_tokens;
+    cb->n_seqs = b->n_seqs;
+    cb->max_pages = b->max_pages;
+    cb->tokens = d + l.off[0];
+    cb->pos = d + l.off[1];
+    cb->seq_of = d + l.off[2];
+    cb->seq_start = d + l.off[3];
+    cb->slot = d + l.off[4];
+    cb->page_table = d + l.off[5];
+    cb->dec_tokens = d + l.off[6];
+    cb->n_dec = n_dec;
+    cb->qtiles = (int2 *)(d + l.off[7]);
+    cb->n_qtiles = n_qt;
+    cb->max_dec_splits = max_splits;
+    return CS_OK;
+}
+
+/* ---- lifecycle ---- */
+
+static void cu_destroy(struct cs_backend *be)
+{
+    if (!be)
+        return;
+    struct cuda_ctx *c = cuda_ctx_of(be);
+    if (c) {
+        cudaSetDevice(c->device);
+        if (c->stream)
+            cudaStreamSynchronize(c->stream);
+        cudaFree(c->attn_part);
+        cudaFree(c->mm_scratch);
+        cudaFree(c->d_sample);
+        cudaFreeHost(c->h_sample);
+        cudaFree(c->d_stage);
+        cudaFreeHost(c->h_stage);
+        if (c->stage_done)
+            cudaEventDestroy(c->stage_done);
+        if (c->stream)
+            cudaStreamDestroy(c->stream);
+        free(c);
+    }
+    free((void *)be->name);
+    free(be);
+}
+
+static void table_fill(struct cs_backend *be)
+{
+    be->alloc = cu_alloc;
+    be->free = cu_free;
+    be->upload = cu_upload;
+    be->download = cu_download;
+    be->copy = cu_copy;
+    be->zero = cu_zero;
+    be->sync = cu_sync;
+    be->mem_info = cu_mem_info;
+    be->weight_upload = cu_weight_upload;
+    be->weight_free = cu_weight_free;
+    be->step_begin = cu_step_begin;
+    be->embed = cuda_op_embed;
+    be->rmsnorm = cuda_op_rmsnorm;
+    be->matmul = cu_matmul;
+    be->add = cuda_op_add;
+    be->silu_mul = cuda_op_silu_mul;
+    be->head_norm_rope = cuda_op_head_norm_rope;
+    be->kv_store = cuda_op_kv_store;
+    be->attention = cuda_op_attention;
+    be->sigmoid_gate = cuda_op_sigmoid_gate;
+    be->conv1d_silu = cuda_op_conv1d_silu;
+    be->gdn = cuda_op_gdn;
+    be->gated_rmsnorm = cuda_op_gated_rmsnorm;
+    be->sample = cuda_op_sample;
+    be->destroy = cu_destroy;
+}
+
+static int ctx_init(struct cuda_ctx *c, int device)
+{
+    int n_dev = 0;
+    CS_CUDA_CHECK(cudaGetDeviceCount(&n_dev));
+    if (device < 0 || device >= n_dev) {
+        LOG_ERROR("cuda", "device %d requested but %d CUDA device(s) present", device, n_dev);
+        return CS_EINVAL;
+    }
+    c->device = device;
+    CS_CUDA_CHECK(cudaSetDevice(device));
+    CS_CUDA_CHECK(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
+    CS_CUDA_CHECK(cudaEventCreateWithFlags(&c->stage_done, cudaEventDisableTiming));
+    struct cudaDeviceProp prop;
+    CS_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+    LOG_INFO("cuda", "device %d: %s sm_%d%d, %d SMs, %.1f GiB", device, prop.name, prop.major,
+             prop.minor, prop.multiProcessorCount, (double)prop.totalGlobalMem / (1u << 30));
+    return CS_OK;
+}
+
+extern "C" int cs_backend_cuda_create(struct cs_backend **out, int device)
+{
+    *out = NULL;
+    struct cs_backend *be = (struct cs_backend *)calloc(1, sizeof(*be));
+    struct cuda_ctx *c = (struct cuda_ctx *)calloc(1, sizeof(*c));
+    char *name = (char *)malloc(32);
+    if (!be || !c || !name) {
+        free(be);
+        free(c);
+        free(name);
+        return CS_ENOMEM;
+    }
+    snprintf(name, 32, "cuda:%d", device);
+    be->name = name;
+    be->ctx = c;
+    table_fill(be);
+    int rc = ctx_init(c, device);
+    if (rc != CS_OK) {
+        cu_destroy(be);
+        return rc;
+    }
+    *out = be;
+    return CS_OK;
+}

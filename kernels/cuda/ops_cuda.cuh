@@ -1,0 +1,93 @@
+/* ops_cuda.cuh - private to kernels/cuda/: the CUDA backend context and the
+ * op entry points each kernel file defines (same signatures as the table in
+ * kernels/ops.h). ops_cuda.cu owns the context and fills the table; the
+ * matrix functions come from matmul.h (the "cudamm" files).
+ *
+ * Invariants: every op is asynchronous on ctx->stream; the batch given to an
+ * op is the one given to the last step_begin (its device copy lives here). */
+#ifndef CS_OPS_CUDA_CUH
+#define CS_OPS_CUDA_CUH
+
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "../ops.h"
+
+/* Attention: fixed split of the context for decode tokens (flash-decoding).
+ * Split s covers positions [s * CS_ATTN_SPLIT, (s + 1) * CS_ATTN_SPLIT): the
+ * boundaries depend on the position only, never on the batch. */
+#define CS_ATTN_SPLIT 256
+/* Prefill query tiles: up to this many consecutive tokens of one sequence. */
+#define CS_ATTN_QTILE 2
+
+/* The step's batch on the device (step_begin uploads it in one copy). */
+struct cuda_batch {
+    int n_tokens, n_seqs, max_pages;
+    int32_t *tokens, *pos, *seq_of, *seq_start, *slot, *page_table;
+    /* attention work lists: decode tokens (their sequence has one token in
+     * this step) and prefill query tiles (int2: first token, token count) */
+    int32_t *dec_tokens;
+    int n_dec;
+    int2 *qtiles;
+    int n_qtiles;
+    int max_dec_splits;         /* splits of the longest decode context */
+};
+
+struct cuda_ctx {
+    int device;
+    cudaStream_t stream;
+    /* batch upload: one pinned staging buffer, one device buffer */
+    void *h_stage, *d_stage;
+    size_t stage_cap;
+    cudaEvent_t stage_done;     /* the last upload from h_stage has completed */
+    struct cuda_batch batch;
+    /* attention partials of decode splits (grows as needed) */
+    float *attn_part;
+    size_t attn_part_cap;       /* bytes */
+    /* Q8_1 activations of cuda_matmul (grows as needed) */
+    void *mm_scratch;
+    size_t mm_scratch_cap;
+    /* sampling buffers (grow as needed) */
+    void *d_sample, *h_sample;
+    size_t sample_cap;
+};
+
+static inline struct cuda_ctx *cuda_ctx_of(struct cs_backend *be)
+{
+    return (struct cuda_ctx *)be->ctx;
+}
+
+/* Grow a device buffer to at least bytes (contents are not kept). */
+int cuda_buffer_reserve(void **buf, size_t *cap, size_t bytes);
+/* Check that an op's batch is the one of the last step_begin. */
+int cuda_batch_check(struct cuda_ctx *c, const struct cs_batch *b, const char *op);
+
+/* ---- op entry points (kernels/ops.h semantics) ---- */
+int cuda_op_embed(struct cs_backend *be, float *out, const struct cs_weight *table,
+                  const struct cs_batch *b);
+int cuda_op_rmsnorm(struct cs_backend *be, float *out, const float *x, const float *w, int n_tokens,
+                    int dim, float eps);
+int cuda_op_add(struct cs_backend *be, float *x, const float *y, size_t n);
+int cuda_op_silu_mul(struct cs_backend *be, float *out, const float *g, const float *u, size_t n);
+int cuda_op_head_norm_rope(struct cs_backend *be, float *x, int token_stride, int head_stride,
+                           int n_heads, int head_dim, const float *norm_w, int rope_dims,
+                           float rope_base, float eps, const struct cs_batch *b);
+int cuda_op_kv_store(struct cs_backend *be, struct cs_kv_layer *kv, const float *k, int k_stride,
+                     const float *v, int v_stride, const struct cs_batch *b);
+int cuda_op_attention(struct cs_backend *be, float *out, const float *q, int q_token_stride,
+                      int q_head_stride, int n_heads, const struct cs_kv_layer *kv, float scale,
+                      const struct cs_batch *b);
+int cuda_op_sigmoid_gate(struct cs_backend *be, float *out, const float *gate,
+                         int gate_token_stride, int gate_head_stride, int n_heads, int head_dim,
+                         int n_tokens);
+int cuda_op_conv1d_silu(struct cs_backend *be, float *y, const float *x, const float *w,
+                        struct cs_gdn_layer *st, const struct cs_batch *b);
+int cuda_op_gdn(struct cs_backend *be, float *out, const float *y, const float *beta_raw,
+                const float *alpha_raw, const float *a, const float *dt_bias, float eps,
+                struct cs_gdn_layer *st, const struct cs_batch *b);
+int cuda_op_gated_rmsnorm(struct cs_backend *be, float *x, const float *z, const float *w,
+                          int n_heads, int head_dim, float eps, int n_tokens);
+int cuda_op_sample(struct cs_backend *be, struct cs_sample_result *results, float *logits,
+                   int n_vocab, const struct cs_sample_params *params, int n);
+
+#endif

@@ -1,0 +1,639 @@
+/* sample.cu - the sample op of kernels/ops.h on CUDA, step for step as
+ * kernels/sampler.h defines it, so a seeded draw picks the same token as the
+ * CPU reference (kernels/cpu/sample.c). Logits stay on the device; only the
+ * parameter lists go up and the results (token, logprobs) come down.
+ *
+ * Per row, kernels in order:
+ * 1. k_samp_prep: steps 0-4 in place (sanitise; bias in list order by one
+ *    thread; repetition and presence/frequency over DISTINCT ids, which the
+ *    host deduplicates; the allowed mask).
+ * 2. k_samp_stats: max, greedy argmax (lowest id on ties), the number of
+ *    finite logits and S = sum exp(l - max) in double (a fixed tree rather
+ *    than the CPU's ascending loop: equal up to double rounding, which the
+ *    fp32 logprob hides except in rare last-bit cases).
+ * 3. k_samp_select: the top SAMP_C candidates by (key descending, id
+ *    ascending), sorted, through a radix select on the fp32 key (4 passes of
+ *    8 bits) and a bitonic sort. Keys: logit / T clamped to +-FLT_MAX for
+ *    sampling (step 7), the logit itself for the top logprobs.
+ * 4. k_samp_choose: step 7 on the candidates, sequential fp32 sums in
+ *    candidate order with IEEE operations (no contraction, no fast math);
+ *    p_i = expf(v_i - v_0) computed as the double exp rounded to fp32.
+ *    Candidates past SAMP_C matter only when their p_i >= 2^-24 (smaller ones
+ *    cannot change an fp32 running sum that is >= 1) or when rounding leaves
+ *    no pick; then the row is flagged and the host runs the reference
+ *    sampler on the processed logits (exact, and rare: it needs more than
+ *    SAMP_C candidates within ~16.6 of the top after temperature).
+ * Logits are modified in place by steps 0-4 (not by temperature, as on the
+ * CPU). */
+#include <float.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../sampler.h"
+#include "cuda_util.cuh"
+#include "ops_cuda.cuh"
+
+#define SAMP_C 1024          /* candidates kept for step 7 */
+#define SAMP_LP_C 32         /* candidates kept for the top logprobs */
+#define SAMP_THREADS 1024
+
+struct samp_row {
+    float temperature, top_p, min_p, rep, presence, frequency;
+    int top_k, n_logprobs;
+    unsigned long long seed, draw;
+    int bias_off, n_bias, rep_off, n_rep, gen_off, n_gen, mask_off;
+};
+
+struct samp_stats {
+    float max;
+    int argmax, n_finite;
+    double sum;
+};
+
+struct samp_out {
+    int token, fallback, n_top;
+    float logprob;
+    int top_ids[CS_MAX_TOP_LOGPROBS];
+    float top_lp[CS_MAX_TOP_LOGPROBS];
+};
+
+/* ---- 1. steps 0-4 ---- */
+
+static __global__ void __launch_bounds__(SAMP_THREADS)
+    k_samp_prep(float *logits, int V, const struct samp_row *rows, const int32_t *data)
+{
+    const struct samp_row *p = &rows[blockIdx.x];
+    float *l = logits + (size_t)blockIdx.x * V;
+    for (int i = threadIdx.x; i < V; i += blockDim.x) {
+        float v = l[i];
+        l[i] = isnan(v) ? -INFINITY : (v == INFINITY ? FLT_MAX : v);
+    }
+    __syncthreads();
+    if (threadIdx.x == 0)
+        for (int i = 0; i < p->n_bias; i++) {
+            int id = data[p->bias_off + 2 * i];
+            if (id >= 0 && id < V)
+                l[id] = __fadd_rn(l[id], __int_as_float(data[p->bias_off + 2 * i + 1]));
+        }
+    __syncthreads();
+    for (int i = threadIdx.x; i < p->n_rep; i += blockDim.x) {
+        int id = data[p->rep_off + i];
+        float v = l[id];
+        l[id] = v > 0.0f ? __fdiv_rn(v, p->rep) : __fmul_rn(v, p->rep);
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < p->n_gen; i += blockDim.x) {
+        int id = data[p->gen_off + 2 * i];
+        float cnt = (float)data[p->gen_off + 2 * i + 1];
+        float pen = __fadd_rn(__fmul_rn(p->presence, 1.0f), __fmul_rn(p->frequency, cnt));
+        l[id] = __fsub_rn(l[id], pen);
+    }
+    __syncthreads();
+    if (p->mask_off >= 0) {
+        const uint8_t *mask = (const uint8_t *)(data + p->mask_off);
+        for (int i = threadIdx.x; i < V; i += blockDim.x)
+            if (!((mask[i >> 3] >> (i & 7)) & 1))
+                l[i] = -INFINITY;
+    }
+}
+
+/* ---- 2. max, argmax, finite count, sum of exp ---- */
+
+static __global__ void __launch_bounds__(SAMP_THREADS)
+    k_samp_stats(struct samp_stats *st, const float *logits, int V)
+{
+    __shared__ float s_max[32];
+    __shared__ int s_arg[32], s_cnt[32];
+    __shared__ double s_sum[32];
+    const float *l = logits + (size_t)blockIdx.x * V;
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    float best = -INFINITY;
+    int arg = 0x7fffffff, cnt = 0;
+    for (int i = threadIdx.x; i < V; i += blockDim.x) {
+        float v = l[i];
+        if (v > best) {   /* ascending i per thread: keeps the lowest id of a tie */
+            best = v;
+            arg = i;
+        }
+        cnt += isfinite(v) ? 1 : 0;
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+        float ob = __shfl_xor_sync(CS_FULL_MASK, best, o);
+        int oa = __shfl_xor_sync(CS_FULL_MASK, arg, o);
+        if (ob > best || (ob == best && oa < arg)) {
+            best = ob;
+            arg = oa;
+        }
+        cnt += __shfl_xor_sync(CS_FULL_MASK, cnt, o);
+    }
+    if (lane == 0) {
+        s_max[warp] = best;
+        s_arg[warp] = arg;
+        s_cnt[warp] = cnt;
+    }
+    __syncthreads();
+    if (warp == 0) {
+        best = lane < nw ? s_max[lane] : -INFINITY;
+        arg = lane < nw ? s_arg[lane] : 0x7fffffff;
+        cnt = lane < nw ? s_cnt[lane] : 0;
+        for (int o = 16; o > 0; o >>= 1) {
+            float ob = __shfl_xor_sync(CS_FULL_MASK, best, o);
+            int oa = __shfl_xor_sync(CS_FULL_MASK, arg, o);
+            if (ob > best || (ob == best && oa < arg)) {
+                best = ob;
+                arg = oa;
+            }
+            cnt += __shfl_xor_sync(CS_FULL_MASK, cnt, o);
+        }
+        if (lane == 0) {
+            s_max[0] = best;
+            s_arg[0] = arg == 0x7fffffff ? 0 : arg;
+            s_cnt[0] = cnt;
+        }
+    }
+    __syncthreads();
+    double m = (double)s_max[0];
+    double sum = 0.0;
+    if (isfinite(s_max[0]))
+        for (int i = threadIdx.x; i < V; i += blockDim.x)
+            sum += exp((double)l[i] - m);
+    for (int o = 16; o > 0; o >>= 1)
+        sum += __shfl_xor_sync(CS_FULL_MASK, sum, o);
+    if (lane == 0)
+        s_sum[warp] = sum;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        double t = 0.0;
+        for (int w = 0; w < nw; w++)
+            t += s_sum[w];
+        st[blockIdx.x].max = s_max[0];
+        st[blockIdx.x].argmax = s_arg[0];
+        st[blockIdx.x].n_finite = s_cnt[0];
+        st[blockIdx.x].sum = t;
+    }
+}
+
+/* ---- 3. top-C selection ---- */
+
+/* The key of a logit: (clamped) logit / T, or the logit when T <= 0. */
+static __device__ __forceinline__ float samp_key(float l, float T)
+{
+    if (T <= 0.0f)
+        return l;
+    if (!isfinite(l))
+        return -INFINITY;
+    float v = __fdiv_rn(l, T);
+    return v > FLT_MAX ? FLT_MAX : (v < -FLT_MAX ? -FLT_MAX : v);
+}
+
+/* Order-preserving map of a float to unsigned (larger float, larger code). */
+static __device__ __forceinline__ unsigned samp_code(float v)
+{
+    unsigned u = __float_as_uint(v);
+    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+/* Candidate a before b: key descending, then id ascending. */
+static __device__ __forceinline__ bool samp_before(float ka, int ia, float kb, int ib)
+{
+    return ka > kb || (ka == kb && ia < ib);
+}
+
+/* One block per row: cand_key/cand_id [row][C] receive the top C by
+ * (key desc, id asc), sorted; rows with fewer ids pad with (-inf, INT_MAX). */
+template <int C>
+static __global__ void __launch_bounds__(SAMP_THREADS)
+    k_samp_select(float *cand_key, int *cand_id, const float *logits, int V,
+                  const struct samp_row *rows, int use_temperature)
+{
+    __shared__ unsigned hist[256];
+    __shared__ unsigned s_prefix, s_need;
+    __shared__ int s_scan[SAMP_THREADS];
+    __shared__ float sk[C];
+    __shared__ int si[C];
+    const float *l = logits + (size_t)blockIdx.x * V;
+    float T = use_temperature ? rows[blockIdx.x].temperature : 0.0f;
+    int tid = threadIdx.x;
+    /* radix select: the code of the C-th largest key */
+    unsigned prefix = 0, need = (unsigned)(C < V ? C : V);
+    for (int shift = 24; shift >= 0; shift -= 8) {
+        for (int i = tid; i < 256; i += blockDim.x)
+            hist[i] = 0;
+        __syncthreads();
+        unsigned hi_mask = shift == 24 ? 0u : (0xffffffffu << (shift + 8));
+        for (int i = tid; i < V; i += blockDim.x) {
+            unsigned c = samp_code(samp_key(l[i], T));
+            if ((c & hi_mask) == (prefix & hi_mask))
+                atomicAdd(&hist[(c >> shift) & 255], 1u);
+        }
+        __syncthreads();
+        if (tid == 0) {
+            unsigned acc = 0;
+            int d = 255;
+            for (; d > 0; d--) {
+                if (acc + hist[d] >= need)
+                    break;
+                acc += hist[d];
+            }
+            s_prefix = prefix | ((unsigned)d << shift);
+            s_need = need - acc;
+        }
+        __syncthreads();
+        prefix = s_prefix;
+        need = s_need;
+        __syncthreads();
+    }
+    /* gather: all codes > prefix, then the first `need` ids with code == prefix */
+    int chunk = (V + blockDim.x - 1) / blockDim.x;
+    int i0 = tid * chunk, i1 = min(V, i0 + chunk);
+    int n_gt = 0, n_eq = 0;
+    for (int i = i0; i < i1; i++) {
+        unsigned c = samp_code(samp_key(l[i], T));
+        n_gt += c > prefix;
+        n_eq += c == prefix;
+    }
+    for (int pass = 0; pass < 2; pass++) {
+        int mine = pass == 0 ? n_gt : n_eq;
+        s_scan[tid] = mine;
+        __syncthreads();
+        for (int o = 1; o < (int)blockDim.x; o <<= 1) {   /* inclusive scan */
+            int v = tid >= o ? s_scan[tid - o] : 0;
+            __syncthreads();
+            s_scan[tid] += v;
+            __syncthreads();
+        }
+        int base = s_scan[tid] - mine;
+        int total_gt = s_scan[blockDim.x - 1];
+        __syncthreads();
+        if (pass == 0) {
+            for (int i = i0, k = base; i < i1; i++) {
+                float key = samp_key(l[i], T);
+                if (samp_code(key) > prefix) {
+                    sk[k] = key;
+                    si[k] = i;
+                    k++;
+                }
+            }
+            if (tid == 0)
+                s_prefix = total_gt;   /* reuse: number of codes > prefix */
+        } else {
+            int off = (int)s_prefix;
+            for (int i = i0, k = base; i < i1 && k < (int)need; i++) {
+                float key = samp_key(l[i], T);
+                if (samp_code(key) == prefix) {
+                    sk[off + k] = key;
+                    si[off + k] = i;
+                    k++;
+                }
+            }
+        }
+        __syncthreads();
+    }
+    int filled = (int)s_prefix + (int)need;
+    for (int k = filled + tid; k < C; k += blockDim.x) {
+        sk[k] = -INFINITY;
+        si[k] = 0x7fffffff;
+    }
+    __syncthreads();
+    /* bitonic sort of C entries, "before" order */
+    for (int size = 2; size <= C; size <<= 1)
+        for (int stride = size >> 1; stride > 0; stride >>= 1) {
+            for (int k = tid; k < C; k += blockDim.x) {
+                int partner = k ^ stride;
+                if (partner > k) {
+                    bool up = (k & size) == 0;
+                    bool swap = up ? samp_before(sk[partner], si[partner], sk[k], si[k])
+                                   : samp_before(sk[k], si[k], sk[partner], si[partner]);
+                    if (swap) {
+                        float tk = sk[k];
+                        sk[k] = sk[partner];
+                        sk[partner] = tk;
+                        int ti = si[k];
+                        si[k] = si[partner];
+                        si[partner] = ti;
+                    }
+                }
+            }
+            __syncthreads();
+        }
+    for (int k = tid; k < C; k += blockDim.x) {
+        cand_key[(size_t)blockIdx.x * C + k] = sk[k];
+        cand_id[(size_t)blockIdx.x * C + k] = si[k];
+    }
+}
+
+/* ---- 4. step 7 and the logprobs, one thread per row ---- */
+
+static __device__ float samp_p(float v, float v0)
+{
+    return (float)exp((double)__fsub_rn(v, v0));
+}
+
+/* Step 7 on the sorted candidates; returns the token or -1 (host fallback). */
+static __device__ int samp_choose(const float *key, const int *id, const struct samp_row *p,
+                                  int n_finite)
+{
+    int K = p->top_k > 0 && p->top_k < n_finite ? p->top_k : n_finite;
+    int nc = K < SAMP_C ? K : SAMP_C;
+    bool beyond = K > SAMP_C;   /* candidates past the list exist */
+    float v0 = key[0];
+    if (beyond && samp_p(key[SAMP_C - 1], v0) >= 5.9604645e-08f)   /* 2^-24 */
+        return -1;
+    float total = 0.0f;
+    for (int i = 0; i < nc; i++)
+        total = __fadd_rn(total, samp_p(key[i], v0));
+    if (p->top_p < 1.0f) {
+        float run = 0.0f, target = __fmul_rn(p->top_p, total);
+        for (int i = 0; i < nc; i++) {
+            run = __fadd_rn(run, samp_p(key[i], v0));
+            if (run >= target) {
+                nc = i + 1;
+                beyond = false;
+                break;
+            }
+        }
+    }
+    if (p->min_p > 0.0f) {
+        float floor_p = __fmul_rn(p->min_p, 1.0f);
+        int keep = 1;
+        while (keep < nc && !(samp_p(key[keep], v0) < floor_p))
+            keep++;
+        if (keep < nc)
+            beyond = false;
+        nc = keep;
+    }
+    total = 0.0f;
+    for (int i = 0; i < nc; i++)
+        total = __fadd_rn(total, samp_p(key[i], v0));
+    float target = __fmul_rn(sampler_uniform(p->seed, p->draw), total), run = 0.0f;
+    for (int i = 0; i < nc; i++) {
+        run = __fadd_rn(run, samp_p(key[i], v0));
+        if (run > target)
+            return id[i];
+    }
+    return beyond ? -1 : id[nc - 1];
+}
+
+static __global__ void k_samp_choose(struct samp_out *out, const float *logits, int V,
+                                     const struct samp_row *rows, const struct samp_stats *st,
+                                     const float *cand_key, const int *cand_id,
+                                     const float *lp_key, const int *lp_id, int n)
+{
+    int r = blockIdx.x * blockDim.x + threadIdx.x;
+    if (r >= n)
+        return;
+    const struct samp_row *p = &rows[r];
+    struct samp_out *o = &out[r];
+    const struct samp_stats *s = &st[r];
+    o->fallback = 0;
+    o->n_top = 0;
+    if (!isfinite(s->max)) {
+        o->token = -1;   /* CS_ERANGE: nothing allowed */
+        return;
+    }
+    int tok = s->argmax;
+    if (p->temperature > 0.0f) {
+        tok = samp_choose(cand_key + (size_t)r * SAMP_C, cand_id + (size_t)r * SAMP_C, p,
+                          s->n_finite);
+        if (tok < 0) {
+            o->fallback = 1;
+            return;
+        }
+    }
+    o->token = tok;
+    double base = (double)s->max + log(s->sum);
+    const float *l = logits + (size_t)r * V;
+    o->logprob = (float)((double)l[tok] - base);
+    int want = p->n_logprobs > CS_MAX_TOP_LOGPROBS ? CS_MAX_TOP_LOGPROBS : p->n_logprobs;
+    if (want <= 0)
+        return;
+    /* the lp_key list is sorted by logit; order it by (fp32 logprob desc, id asc) */
+    const float *lk = lp_key + (size_t)r * SAMP_LP_C;
+    const int *li = lp_id + (size_t)r * SAMP_LP_C;
+    float lps[SAMP_LP_C];
+    int ids[SAMP_LP_C];
+    int cnt = 0;
+    for (int i = 0; i < SAMP_LP_C && li[i] < V; i++) {
+        float lp = (float)((double)lk[i] - base);
+        int k = cnt++;
+        while (k > 0 && (lp > lps[k - 1] || (lp == lps[k - 1] && li[i] < ids[k - 1]))) {
+            lps[k] = lps[k - 1];
+            ids[k] = ids[k - 1];
+            k--;
+        }
+        lps[k] = lp;
+        ids[k] = li[i];
+    }
+    cnt = cnt < want ? cnt : want;
+    for (int k = 0; k < cnt; k++) {
+        o->top_lp[k] = lps[k];
+        o->top_ids[k] = ids[k];
+    }
+    o->n_top = cnt;
+}
+
+/* ---- host side ---- */
+
+/* Pack every row's lists (bias, distinct repetition ids, distinct generated
+ * ids with counts, mask) after the row descriptors; returns int32 words used,
+ * or -1 when words is too small (with words_needed set) / on no memory. */
+static long samp_pack(int32_t *data, long cap, struct samp_row *rows,
+                      const struct cs_sample_params *params, int n, int V, uint8_t *seen,
+                      int32_t *count)
+{
+    long at = 0;
+    for (int r = 0; r < n; r++) {
+        const struct cs_sample_params *p = &params[r];
+        struct samp_row *d = &rows[r];
+        memset(d, 0, sizeof(*d));
+        d->temperature = p->temperature;
+        d->top_p = p->top_p;
+        d->min_p = p->min_p;
+        d->rep = p->repetition_penalty;
+        d->presence = p->presence_penalty;
+        d->frequency = p->frequency_penalty;
+        d->top_k = p->top_k;
+        d->n_logprobs = p->n_logprobs;
+        d->seed = p->seed;
+        d->draw = p->draw;
+        d->mask_off = -1;
+        d->bias_off = (int)at;
+        for (int i = 0; p->bias_ids && p->bias_vals && i < p->n_bias; i++) {
+            if (data && at + 2 <= cap) {
+                data[at] = p->bias_ids[i];
+                memcpy(&data[at + 1], &p->bias_vals[i], 4);
+            }
+            at += 2;
+            d->n_bias++;
+        }
+        d->rep_off = (int)at;
+        float rp = p->repetition_penalty;
+        if (rp != 1.0f && rp > 0.0f && p->ctx_tokens) {
+            memset(seen, 0, (size_t)V);
+            for (int i = 0; i < p->n_ctx_tokens; i++) {
+                int32_t id = p->ctx_tokens[i];
+                if (id < 0 || id >= V || seen[id])
+                    continue;
+                seen[id] = 1;
+                if (data && at < cap)
+                    data[at] = id;
+                at++;
+                d->n_rep++;
+            }
+        }
+        d->gen_off = (int)at;
+        if ((p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f) && p->gen_tokens) {
+            for (int i = 0; i < p->n_gen_tokens; i++)
+                if (p->gen_tokens[i] >= 0 && p->gen_tokens[i] < V)
+                    count[p->gen_tokens[i]]++;
+            for (int i = 0; i < p->n_gen_tokens; i++) {
+                int32_t id = p->gen_tokens[i];
+                if (id < 0 || id >= V || count[id] == 0)
+                    continue;
+                if (data && at + 2 <= cap) {
+                    data[at] = id;
+                    data[at + 1] = count[id];
+                }
+                at += 2;
+                count[id] = 0;
+                d->n_gen++;
+            }
+        }
+        if (p->allowed) {
+            d->mask_off = (int)at;
+            long words = ((long)V + 31) / 32;
+            if (data && at + words <= cap) {
+                memset(&data[at], 0, (size_t)words * 4);
+                memcpy(&data[at], p->allowed, ((size_t)V + 7) / 8);
+            }
+            at += words;
+        }
+    }
+    return at;
+}
+
+/* Rows the GPU could not decide exactly: the reference sampler on the
+ * processed logits (steps 0-4 already applied, so they are neutralised). */
+static int samp_fallback(struct cuda_ctx *c, struct cs_sample_result *res, const float *logits,
+                         int V, const struct cs_sample_params *params)
+{
+    float *row = (float *)malloc((size_t)V * sizeof(float));
+    if (!row)
+        return CS_ENOMEM;
+    CS_CUDA_CHECK(cudaMemcpy(row, logits, (size_t)V * sizeof(float), cudaMemcpyDeviceToHost));
+    struct cs_sample_params p = *params;
+    p.n_bias = 0;
+    p.repetition_penalty = 1.0f;
+    p.presence_penalty = p.frequency_penalty = 0.0f;
+    p.allowed = NULL;
+    int rc = sampler_sample(res, row, V, &p);
+    free(row);
+    (void)c;
+    return rc;
+}
+
+int cuda_op_sample(struct cs_backend *be, struct cs_sample_result *results, float *logits,
+                   int n_vocab, const struct cs_sample_params *params, int n)
+{
+    struct cuda_ctx *c = cuda_ctx_of(be);
+    if (!results || !logits || !params || n < 0 || n_vocab <= 0)
+        return CS_EINVAL;
+    if (n == 0)
+        return CS_OK;
+    int V = n_vocab;
+    uint8_t *seen = (uint8_t *)malloc((size_t)V);
+    int32_t *count = (int32_t *)calloc((size_t)V, sizeof(int32_t));
+    if (!seen || !count) {
+        free(seen);
+        free(count);
+        return CS_ENOMEM;
+    }
+    struct samp_row *rows_h = (struct samp_row *)calloc((size_t)n, sizeof(*rows_h));
+    long words = rows_h ? samp_pack(NULL, 0, rows_h, params, n, V, seen, count) : 0;
+    /* device layout: rows | data | stats | out | cand keys/ids | lp keys/ids */
+    size_t o_rows = 0, o_data = o_rows + (((size_t)n * sizeof(struct samp_row) + 255) & ~255ul);
+    size_t o_stats = o_data + (((size_t)words * 4 + 255) & ~255ul);
+    size_t o_out = o_stats + (((size_t)n * sizeof(struct samp_stats) + 255) & ~255ul);
+    size_t o_ck = o_out + (((size_t)n * sizeof(struct samp_out) + 255) & ~255ul);
+    size_t o_ci = o_ck + (size_t)n * SAMP_C * 4;
+    size_t o_lk = o_ci + (size_t)n * SAMP_C * 4;
+    size_t o_li = o_lk + (size_t)n * SAMP_LP_C * 4;
+    size_t total = o_li + (size_t)n * SAMP_LP_C * 4;
+    int rc = rows_h ? CS_OK : CS_ENOMEM;
+    if (rc == CS_OK && total > c->sample_cap) {
+        CS_CUDA_CHECK(cudaStreamSynchronize(c->stream));
+        cudaFree(c->d_sample);
+        cudaFreeHost(c->h_sample);
+        c->d_sample = c->h_sample = NULL;
+        c->sample_cap = 0;
+        CS_CUDA_CHECK(cudaMalloc(&c->d_sample, total * 2));
+        CS_CUDA_CHECK(cudaMallocHost(&c->h_sample, total * 2));
+        c->sample_cap = total * 2;
+    }
+    if (rc != CS_OK) {
+        free(seen);
+        free(count);
+        free(rows_h);
+        return rc;
+    }
+    CS_CUDA_CHECK(cudaStreamSynchronize(c->stream));   /* h_sample free to reuse */
+    char *h = (char *)c->h_sample, *d = (char *)c->d_sample;
+    memcpy(h + o_rows, rows_h, (size_t)n * sizeof(struct samp_row));
+    samp_pack((int32_t *)(h + o_data), words, rows_h, params, n, V, seen, count);
+    free(seen);
+    free(count);
+    free(rows_h);
+    struct samp_row *rows_d = (struct samp_row *)(d + o_rows);
+    struct samp_stats *st_d = (struct samp_stats *)(d + o_stats);
+    struct samp_out *out_d = (struct samp_out *)(d + o_out);
+    CS_CUDA_CHECK(cudaMemcpyAsync(d, h, o_stats, cudaMemcpyHostToDevice, c->stream));
+    k_samp_prep<<<n, SAMP_THREADS, 0, c->stream>>>(logits, V, rows_d,
+                                                   (const int32_t *)(d + o_data));
+    CS_CUDA_LAUNCHED("sample prep");
+    k_samp_stats<<<n, SAMP_THREADS, 0, c->stream>>>(st_d, logits, V);
+    CS_CUDA_LAUNCHED("sample stats");
+    bool any_t = false, any_lp = false;
+    for (int r = 0; r < n; r++) {
+        any_t |= params[r].temperature > 0.0f;
+        any_lp |= params[r].n_logprobs > 0;
+    }
+    if (any_t) {
+        k_samp_select<SAMP_C><<<n, SAMP_THREADS, 0, c->stream>>>(
+            (float *)(d + o_ck), (int *)(d + o_ci), logits, V, rows_d, 1);
+        CS_CUDA_LAUNCHED("sample select");
+    }
+    if (any_lp) {
+        k_samp_select<SAMP_LP_C><<<n, SAMP_THREADS, 0, c->stream>>>(
+            (float *)(d + o_lk), (int *)(d + o_li), logits, V, rows_d, 0);
+        CS_CUDA_LAUNCHED("sample select logprobs");
+    }
+    k_samp_choose<<<cs_div_up(n, 64), 64, 0, c->stream>>>(
+        out_d, logits, V, rows_d, st_d, (const float *)(d + o_ck), (const int *)(d + o_ci),
+        (const float *)(d + o_lk), (const int *)(d + o_li), n);
+    CS_CUDA_LAUNCHED("sample choose");
+    struct samp_out *out_h = (struct samp_out *)(h + o_out);
+    CS_CUDA_CHECK(cudaMemcpyAsync(out_h, out_d, (size_t)n * sizeof(struct samp_out),
+                                  cudaMemcpyDeviceToHost, c->stream));
+    CS_CUDA_CHECK(cudaStreamSynchronize(c->stream));
+    for (int r = 0; r < n && rc == CS_OK; r++) {
+        struct cs_sample_result *res = &results[r];
+        const struct samp_out *o = &out_h[r];
+        if (o->fallback) {
+            rc = samp_fallback(c, res, logits + (size_t)r * V, V, &params[r]);
+            continue;
+        }
+        if (o->token < 0) {
+            rc = CS_ERANGE;
+            break;
+        }
+        memset(res, 0, sizeof(*res));
+        res->token = o->token;
+        res->logprob = o->logprob;
+        res->n_top = o->n_top;
+        for (int k = 0; k < o->n_top; k++) {
+            res->top_ids[k] = o->top_ids[k];
+            res->top_logprobs[k] = o->top_lp[k];
+        }
+    }
+    return rc;
+}

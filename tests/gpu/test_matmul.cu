@@ -1,0 +1,397 @@
+/* test_matmul.cu - proves the CUDA matrix kernels (kernels/cuda/matmul.h)
+ * compute what matmul.h "Numerics" promises, on random inputs at real 9B and
+ * 27B shapes and at awkward small ones:
+ * - quantize: the GPU's Q8_1 equals the host rule bit for bit;
+ * - Q8_0 GEMV and GEMM equal a host emulation of the canonical block order
+ *   bit for bit, and a float64 reference (dequantized W x dequantized Q8_1 x)
+ *   within the fp32 summation bound 2 * nb * 2^-24 * sum_b |term_b|;
+ * - batch invariance: GEMV == GEMM bitwise for n_tokens 1..100, a token's
+ *   row is the same whatever n_tokens is, a fused call equals separate calls;
+ * - F16 / F32 / BF16 weights against float64 within 1e-5 relative to sum|w x|;
+ * - every output element is written (outputs are poisoned with NaN first).
+ * Exits 77 (ctest skip) when no CUDA device is present. */
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../common/gguf.h"
+#include "../../common/half.h"
+#include "../../kernels/cuda/matmul.h"
+#include "../test_util.h"
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+
+static uint32_t rng_u32(void)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (uint32_t)(rng_state >> 16);
+}
+
+static float rng_f(void) { return (float)((rng_u32() & 0xffffff) / 8388608.0 - 1.0); }
+
+/* A random Q8_0 matrix in ggml layout: scales ~ 1e-3..2e-2, quants -127..127
+ * (and the odd -128 the format allows). */
+static uint8_t *make_q8_0(int64_t n_in, int64_t n_out)
+{
+    int64_t nb = n_in / 32;
+    uint8_t *w = (uint8_t *)malloc((size_t)(n_out * nb * 34));
+    for (int64_t i = 0; i < n_out * nb; i++) {
+        uint8_t *blk = w + i * 34;
+        uint16_t d = cs_float_to_half(0.001f + 0.02f * (rng_u32() % 1000) / 1000.0f);
+        memcpy(blk, &d, 2);
+        for (int j = 0; j < 32; j++)
+            blk[2 + j] = (uint8_t)(int8_t)((int)(rng_u32() % 255) - 127 - (rng_u32() % 997 == 0));
+    }
+    return w;
+}
+
+static float *make_x(int64_t n, int zero_block)
+{
+    float *x = (float *)malloc((size_t)n * sizeof(float));
+    for (int64_t i = 0; i < n; i++)
+        x[i] = rng_f() * (1.0f + 10.0f * ((i / 32) % 7 == 3));
+    if (zero_block && n >= 64)
+        memset(x + 32, 0, 32 * sizeof(float));   /* amax == 0 block */
+    return x;
+}
+
+/* The host Q8_1 rule of matmul.h. */
+static void host_quantize(int8_t *q, float *d, const float *x, int64_t n)
+{
+    for (int64_t b = 0; b < n / 32; b++) {
+        float amax = 0.0f;
+        for (int j = 0; j < 32; j++)
+            amax = fmaxf(amax, fabsf(x[b * 32 + j]));
+        float db = amax / 127.0f;
+        d[b] = db;
+        for (int j = 0; j < 32; j++) {
+            int v = amax > 0.0f ? (int)roundf(x[b * 32 + j] / db) : 0;
+            q[b * 32 + j] = (int8_t)(v > 127 ? 127 : (v < -127 ? -127 : v));
+        }
+    }
+}
+
+struct ref_out {
+    float canon;     /* host emulation of the canonical order */
+    double exact;    /* float64 */
+    double bound;    /* tolerance of canon vs exact */
+};
+
+static struct ref_out ref_dot(const uint8_t *w, int64_t row, int64_t nb, const int8_t *xq, const float *xd)
+{
+    struct ref_out r = {0.0f, 0.0, 0.0};
+    double mag = 0.0;
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *blk = w + (row * nb + b) * 34;
+        uint16_t dh;
+        memcpy(&dh, blk, 2);
+        float dw = cs_half_to_float(dh);
+        int isum = 0;
+        for (int j = 0; j < 32; j++)
+            isum += (int)(int8_t)blk[2 + j] * (int)xq[b * 32 + j];
+        volatile float s = dw * xd[b];
+        volatile float term = s * (float)isum;
+        r.canon = r.canon + term;
+        r.exact += (double)dw * (double)xd[b] * (double)isum;
+        mag += fabs((double)dw * (double)xd[b] * (double)isum);
+    }
+    r.bound = 2.0 * (double)nb * ldexp(1.0, -24) * mag + 1e-30;
+    return r;
+}
+
+#define CK(call)                                                                           \
+    do {                                                                                   \
+        cudaError_t _e = (call);                                                           \
+        if (_e != cudaSuccess) {                                                           \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(_e)); \
+            exit(1);                                                                       \
+        }                                                                                  \
+    } while (0)
+
+static void *dev_alloc(size_t bytes)
+{
+    void *p = NULL;
+    CK(cudaMalloc(&p, bytes));
+    return p;
+}
+
+static float *dev_poisoned(size_t n)
+{
+    float *p = (float *)dev_alloc(n * sizeof(float));
+    CK(cudaMemset(p, 0xff, n * sizeof(float)));   /* NaN */
+    return p;
+}
+
+static float *download(const float *d, size_t n)
+{
+    float *h = (float *)malloc(n * sizeof(float));
+    CK(cudaMemcpy(h, d, n * sizeof(float), cudaMemcpyDeviceToHost));
+    return h;
+}
+
+static void test_matmul_quantize_exact(void)
+{
+    int64_t n_in = 4096;
+    int nt = 5;
+    float *x = make_x(n_in * nt, 1);
+    float *dx = (float *)dev_alloc(n_in * nt * sizeof(float));
+    CK(cudaMemcpy(dx, x, n_in * nt * sizeof(float), cudaMemcpyHostToDevice));
+    size_t sb = cuda_matmul_scratch_bytes(n_in, nt);
+    uint8_t *scr = (uint8_t *)dev_alloc(sb);
+    CHECK_EQ_INT(cuda_quantize_q8_1(scr, dx, n_in, nt, NULL), CS_OK);
+    uint8_t *h = (uint8_t *)malloc(sb);
+    CK(cudaMemcpy(h, scr, sb, cudaMemcpyDeviceToHost));
+    int8_t *q = (int8_t *)malloc(n_in * nt);
+    float *d = (float *)malloc(n_in / 32 * nt * sizeof(float));
+    host_quantize(q, d, x, n_in * nt);
+    CHECK(memcmp(h, q, n_in * nt) == 0);
+    CHECK(memcmp(h + cuda_q8_1_scales_offset(n_in, nt), d, n_in / 32 * nt * sizeof(float)) == 0);
+    CHECK(d[1] == 0.0f);
+    free(x), free(h), free(q), free(d);
+    cudaFree(dx), cudaFree(scr);
+}
+
+/* One Q8_0 weight, n_tokens tokens, checked rows every row_step. Returns the
+ * number of outputs that failed (also counted by CHECK). */
+static void check_q8(int64_t n_in, int64_t n_out, int nt, int row_step, enum cuda_mm_kernel k)
+{
+    int64_t nb = n_in / 32;
+    uint8_t *w = make_q8_0(n_in, n_out);
+    float *x = make_x(n_in * nt, 1);
+    struct cs_weight wt;
+    CHECK_EQ_INT(cuda_weight_upload(&wt, CS_DTYPE_Q8_0, n_in, n_out, w, NULL), CS_OK);
+    float *dx = (float *)dev_alloc(n_in * nt * sizeof(float));
+    CK(cudaMemcpy(dx, x, n_in * nt * sizeof(float), cudaMemcpyHostToDevice));
+    size_t sb = cuda_matmul_scratch_bytes(n_in, nt);
+    void *scr = dev_alloc(sb);
+    float *dy = dev_poisoned((size_t)n_out * nt);
+    const struct cs_weight *ws[1] = {&wt};
+    float *ys[1] = {dy};
+    CHECK_EQ_INT(cuda_matmul_with(1, ys, ws, dx, nt, scr, sb, NULL, k), CS_OK);
+    CK(cudaDeviceSynchronize());
+    float *y = download(dy, (size_t)n_out * nt);
+    int8_t *q = (int8_t *)malloc(n_in * nt);
+    float *d = (float *)malloc(nb * nt * sizeof(float));
+    host_quantize(q, d, x, n_in * nt);
+    int bad_canon = 0, bad_exact = 0, unwritten = 0;
+    for (int t = 0; t < nt; t++)
+        for (int64_t r = 0; r < n_out; r++) {
+            float v = y[t * n_out + r];
+            if (isnan(v))
+                unwritten++;
+            if (r % row_step != 0 && r != n_out - 1)
+                continue;
+            struct ref_out ref = ref_dot(w, r, nb, q + t * n_in, d + t * nb);
+            if (memcmp(&v, &ref.canon, 4) != 0 && bad_canon++ < 3)
+                fprintf(stderr, "  canon mismatch t=%d r=%lld gpu=%.9g host=%.9g\n", t, (long long)r, v,
+                        ref.canon);
+            if (!(fabs(v - ref.exact) <= ref.bound))
+                bad_exact++;
+        }
+    fprintf(stderr, "  q8 %s n_in=%lld n_out=%lld nt=%d: canon-mismatch=%d out-of-bound=%d unwritten=%d\n",
+            k == CUDA_MM_GEMM ? "gemm" : "gemv", (long long)n_in, (long long)n_out, nt, bad_canon,
+            bad_exact, unwritten);
+    CHECK_EQ_INT(bad_canon, 0);
+    CHECK_EQ_INT(bad_exact, 0);
+    CHECK_EQ_INT(unwritten, 0);
+    cuda_weight_free(&wt);
+    CHECK(wt.data == NULL);
+    free(w), free(x), free(y), free(q), free(d);
+    cudaFree(dx), cudaFree(scr), cudaFree(dy);
+}
+
+static void test_matmul_q8_small_shapes(void)
+{
+    check_q8(96, 48, 1, 1, CUDA_MM_GEMV);     /* odd nb, rows not a multiple of 32 */
+    check_q8(96, 48, 3, 1, CUDA_MM_GEMM);
+    check_q8(1024, 300, 11, 1, CUDA_MM_GEMV);
+    check_q8(1024, 300, 70, 1, CUDA_MM_GEMM);
+}
+
+static void test_matmul_q8_9b_shapes(void)
+{
+    check_q8(4096, 8192, 1, 37, CUDA_MM_GEMV);     /* GDN qkv */
+    check_q8(12288, 4096, 4, 53, CUDA_MM_GEMV);    /* ffn_down */
+    check_q8(4096, 12288, 130, 301, CUDA_MM_GEMM); /* ffn_gate, a prefill chunk */
+}
+
+static void test_matmul_q8_27b_shapes(void)
+{
+    check_q8(5120, 17408, 2, 211, CUDA_MM_GEMV);   /* ffn_gate */
+    check_q8(17408, 5120, 65, 97, CUDA_MM_GEMM);   /* ffn_down */
+    check_q8(17408, 5120, 8, 97, CUDA_MM_GEMV);    /* x too large for shared memory: scratch path */
+    check_q8(5120, 48, 1, 1, CUDA_MM_GEMV);        /* ssm_beta: Hv = 48 rows */
+}
+
+/* GEMV and GEMM bitwise equal, and a token's output independent of n_tokens. */
+static void test_matmul_batch_invariance(void)
+{
+    int64_t n_in = 5120, n_out = 1000;
+    int nmax = 100;
+    uint8_t *w = make_q8_0(n_in, n_out);
+    float *x = make_x(n_in * nmax, 0);
+    struct cs_weight wt;
+    CHECK_EQ_INT(cuda_weight_upload(&wt, CS_DTYPE_Q8_0, n_in, n_out, w, NULL), CS_OK);
+    float *dx = (float *)dev_alloc(n_in * nmax * sizeof(float));
+    CK(cudaMemcpy(dx, x, n_in * nmax * sizeof(float), cudaMemcpyHostToDevice));
+    size_t sb = cuda_matmul_scratch_bytes(n_in, nmax);
+    void *scr = dev_alloc(sb);
+    float *da = dev_poisoned(n_out * nmax), *db = dev_poisoned(n_out * nmax);
+    const struct cs_weight *ws[1] = {&wt};
+    float *ya[1] = {da}, *yb[1] = {db};
+    CHECK_EQ_INT(cuda_matmul_with(1, ya, ws, dx, nmax, scr, sb, NULL, CUDA_MM_GEMV), CS_OK);
+    float *ref = download(da, n_out * nmax);
+    const int ns[] = {1, 2, 7, 8, 9, 16, 17, 33, 64, 65, 100};
+    for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++) {
+        for (int k = 0; k < 3; k++) {
+            CK(cudaMemset(db, 0xff, n_out * nmax * sizeof(float)));
+            CHECK_EQ_INT(cuda_matmul_with(1, yb, ws, dx, ns[i], scr, sb, NULL, (enum cuda_mm_kernel)k), CS_OK);
+            float *got = download(db, n_out * ns[i]);
+            int same = memcmp(got, ref, n_out * ns[i] * sizeof(float)) == 0;
+            if (!same)
+                fprintf(stderr, "  batch invariance broken: n=%d kernel=%d\n", ns[i], k);
+            CHECK(same);
+            free(got);
+        }
+    }
+    /* one token at offset 37 of 100 equals that token alone */
+    CHECK_EQ_INT(cuda_matmul_with(1, yb, ws, dx + 37 * n_in, 1, scr, sb, NULL, CUDA_MM_AUTO), CS_OK);
+    float *one = download(db, n_out);
+    CHECK(memcmp(one, ref + 37 * n_out, n_out * sizeof(float)) == 0);
+    cuda_weight_free(&wt);
+    free(w), free(x), free(ref), free(one);
+    cudaFree(dx), cudaFree(scr), cudaFree(da), cudaFree(db);
+}
+
+/* GDN's four input projections in one call equal four separate calls. */
+static void test_matmul_fused_equals_separate(void)
+{
+    const int64_t n_in = 4096, outs[4] = {8192, 4096, 32, 32};
+    const int nts[] = {1, 5, 40};
+    struct cs_weight wt[4];
+    const struct cs_weight *ws[4];
+    float *dy[4], *ys[4];
+    for (int i = 0; i < 4; i++) {
+        uint8_t *w = make_q8_0(n_in, outs[i]);
+        CHECK_EQ_INT(cuda_weight_upload(&wt[i], CS_DTYPE_Q8_0, n_in, outs[i], w, NULL), CS_OK);
+        free(w);
+        ws[i] = &wt[i];
+    }
+    for (size_t c = 0; c < sizeof nts / sizeof nts[0]; c++) {
+        int nt = nts[c];
+        float *x = make_x(n_in * nt, 0);
+        float *dx = (float *)dev_alloc(n_in * nt * sizeof(float));
+        CK(cudaMemcpy(dx, x, n_in * nt * sizeof(float), cudaMemcpyHostToDevice));
+        size_t sb = cuda_matmul_scratch_bytes(n_in, nt);
+        void *scr = dev_alloc(sb);
+        for (int i = 0; i < 4; i++)
+            ys[i] = dy[i] = dev_poisoned(outs[i] * nt);
+        CHECK_EQ_INT(cuda_matmul(4, ys, ws, dx, nt, scr, sb, NULL), CS_OK);
+        for (int i = 0; i < 4; i++) {
+            float *fused = download(dy[i], outs[i] * nt);
+            CK(cudaMemset(dy[i], 0xff, outs[i] * nt * sizeof(float)));
+            CHECK_EQ_INT(cuda_matmul(1, &ys[i], &ws[i], dx, nt, scr, sb, NULL), CS_OK);
+            float *alone = download(dy[i], outs[i] * nt);
+            CHECK(memcmp(fused, alone, outs[i] * nt * sizeof(float)) == 0);
+            free(fused), free(alone);
+            cudaFree(dy[i]);
+        }
+        free(x);
+        cudaFree(dx), cudaFree(scr);
+    }
+    for (int i = 0; i < 4; i++)
+        cuda_weight_free(&wt[i]);
+}
+
+/* F16 / F32 / BF16 weights against float64. */
+static void check_float_type(uint32_t type, int64_t n_in, int64_t n_out, int nt)
+{
+    size_t n = (size_t)n_in * n_out, esz = type == CS_DTYPE_F32 ? 4 : 2;
+    uint8_t *w = (uint8_t *)malloc(n * esz);
+    double *wd = (double *)malloc(n * sizeof(double));
+    for (size_t i = 0; i < n; i++) {
+        float v = rng_f() * 0.1f;
+        if (type == CS_DTYPE_F32) {
+            memcpy(w + i * 4, &v, 4);
+            wd[i] = v;
+        } else {
+            uint16_t h = type == CS_DTYPE_F16 ? cs_float_to_half(v) : cs_float_to_bf16(v);
+            memcpy(w + i * 2, &h, 2);
+            wd[i] = type == CS_DTYPE_F16 ? cs_half_to_float(h) : cs_bf16_to_float(h);
+        }
+    }
+    float *x = make_x(n_in * nt, 0);
+    struct cs_weight wt;
+    CHECK_EQ_INT(cuda_weight_upload(&wt, type, n_in, n_out, w, NULL), CS_OK);
+    float *dx = (float *)dev_alloc(n_in * nt * sizeof(float));
+    CK(cudaMemcpy(dx, x, n_in * nt * sizeof(float), cudaMemcpyHostToDevice));
+    float *dy = dev_poisoned(n_out * nt);
+    const struct cs_weight *ws[1] = {&wt};
+    float *ys[1] = {dy};
+    CHECK_EQ_INT(cuda_matmul(1, ys, ws, dx, nt, NULL, 0, NULL), CS_OK);
+    float *y = download(dy, n_out * nt);
+    int bad = 0;
+    for (int t = 0; t < nt; t++)
+        for (int64_t r = 0; r < n_out; r++) {
+            double s = 0, mag = 0;
+            for (int64_t k = 0; k < n_in; k++) {
+                s += wd[r * n_in + k] * x[t * n_in + k];
+                mag += fabs(wd[r * n_in + k] * x[t * n_in + k]);
+            }
+            if (!(fabs(y[t * n_out + r] - s) <= 1e-5 * mag + 1e-30))
+                bad++;
+        }
+    fprintf(stderr, "  type %u n_in=%lld n_out=%lld nt=%d: out-of-bound=%d\n", type, (long long)n_in,
+            (long long)n_out, nt, bad);
+    CHECK_EQ_INT(bad, 0);
+    cuda_weight_free(&wt);
+    free(w), free(wd), free(x), free(y);
+    cudaFree(dx), cudaFree(dy);
+}
+
+static void test_matmul_float_weights(void)
+{
+    check_float_type(CS_DTYPE_F32, 100, 37, 3);
+    check_float_type(CS_DTYPE_F16, 1000, 65, 2);
+    check_float_type(CS_DTYPE_BF16, 4096, 64, 4);
+}
+
+static void test_matmul_rejects_bad_input(void)
+{
+    struct cs_weight wt;
+    uint8_t dummy[64] = {0};
+    CHECK_EQ_INT(cuda_weight_upload(&wt, CS_DTYPE_Q8_0, 33, 1, dummy, NULL), CS_EINVAL);
+    CHECK_EQ_INT(cuda_weight_upload(&wt, 2 /* Q4_0 */, 32, 1, dummy, NULL), CS_EUNSUPPORTED);
+    CHECK_EQ_INT(cuda_weight_upload(&wt, CS_DTYPE_F32, 0, 1, dummy, NULL), CS_EINVAL);
+    CHECK_EQ_INT(cuda_weight_upload(&wt, CS_DTYPE_F32, 4, 4, dummy, NULL), CS_OK);
+    const struct cs_weight *ws[1] = {&wt};
+    float *ys[1] = {(float *)wt.data};
+    CHECK_EQ_INT(cuda_matmul(0, ys, ws, (float *)wt.data, 1, NULL, 0, NULL), CS_EINVAL);
+    CHECK_EQ_INT(cuda_matmul(9, ys, ws, (float *)wt.data, 1, NULL, 0, NULL), CS_EINVAL);
+    cuda_weight_free(&wt);
+    cuda_weight_free(&wt);   /* idempotent */
+    CHECK(wt.data == NULL);
+}
+
+int main(void)
+{
+    int n_dev = 0;
+    if (cudaGetDeviceCount(&n_dev) != cudaSuccess || n_dev == 0) {
+        fprintf(stderr, "test_matmul: no CUDA device, skipped\n");
+        return 77;
+    }
+    RUN(test_matmul_quantize_exact);
+    RUN(test_matmul_rejects_bad_input);
+    RUN(test_matmul_q8_small_shapes);
+    RUN(test_matmul_batch_invariance);
+    RUN(test_matmul_fused_equals_separate);
+    RUN(test_matmul_float_weights);
+    RUN(test_matmul_q8_9b_shapes);
+    RUN(test_matmul_q8_27b_shapes);
+    return test_report();
+}
