@@ -10,6 +10,7 @@
 #include "common/log.h"
 #include "common/tokenizer.h"
 #include "coordinator/engine.h"
+#include "coordinator/engine_pipeline.h"
 #include "coordinator/server.h"
 #include "tools/commands.h"
 
@@ -84,7 +85,9 @@ int serve_main(int argc, char **argv)
         fprintf(stderr, "cmpserve serve: %s\n", err.msg);
         return 1;
     }
-    int status = server_run(&cfg, &model, engine_local_create);
+    /* worker processes when asked for (--workers, --attach, a device list) */
+    int status = server_run(&cfg, &model, engine_pipeline_wanted(&cfg) ? engine_pipeline_create
+                                                                         : engine_local_create);
     tokenizer_destroy(tok);
     return status;
 }

@@ -16,8 +16,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../common/config.h"
 #include "../common/log.h"
 #include "../common/status.h"
+#include "../coordinator/engine_pipeline.h"
 #include "cli_common.h"
 #include "commands.h"
 
@@ -30,6 +32,9 @@ struct gen_opts {
     int n_threads;
     int log_level;
     struct cs_sample_params sp;
+    /* pipeline (--workers N): worker processes instead of the in-process model */
+    int workers;
+    const char *gpus, *layer_split, *run_dir;
 };
 
 static void usage(FILE *f)
@@ -39,6 +44,7 @@ static void usage(FILE *f)
             "         [--temperature T] [--top-k K] [--top-p P] [--min-p M]\n"
             "         [--presence-penalty X] [--frequency-penalty X] [--repetition-penalty X]\n"
             "         [--seed S] [--threads N] [--device cpu|0] [--log-level error|warn|info|debug]\n"
+            "         [--workers N [--gpus cpu|0,1,2] [--layer-split 10,12] [--run-dir DIR]]\n"
             "Generates up to N tokens after the raw prompt (no chat template), streaming to stdout.\n"
             "Defaults: temperature 1 (0: greedy), top-k/top-p/min-p and penalties off, seed 0,\n"
             "all cores, device cpu. Stops early at an end-of-generation token.\n");
@@ -93,6 +99,14 @@ static int opts_parse(struct gen_opts *o, int argc, char **argv)
             a.i++;
             a.value = a.argv[a.i++];
             cli_parse_int(&a, "n", 0, 1 << 20, &o->n_predict);
+        } else if (cli_args_opt(&a, "workers")) {
+            cli_parse_int(&a, "workers", 1, 64, &o->workers);
+        } else if (cli_args_opt(&a, "gpus")) {
+            o->gpus = a.value;
+        } else if (cli_args_opt(&a, "layer-split")) {
+            o->layer_split = a.value;
+        } else if (cli_args_opt(&a, "run-dir")) {
+            o->run_dir = a.value;
         } else if (cli_args_opt(&a, "threads")) {
             cli_parse_int(&a, "threads", 0, 1024, &o->n_threads);
         } else if (cli_args_opt(&a, "log-level")) {
@@ -239,8 +253,71 @@ static int gen_tokenize(struct gen_run *g, struct cs_error *err)
     return CS_OK;
 }
 
+/* ---- --workers N: the same generation through the pipeline engine ---- */
+
+static bool gen_pipe_token(void *user, const struct cs_sample_result *tok)
+{
+    struct gen_run *g = user;
+    if (g->n_gen == 0)
+        g->t_prefill = cli_now_s() - g->t_decode;
+    g->ctx[g->n_ctx++] = tok->token;
+    g->n_gen++;
+    struct cs_error err = {0};
+    return gen_emit(g, tok->token, &err) == CS_OK;
+}
+
+static void gen_pipe_config(const struct gen_run *g, struct cs_config *cfg)
+{
+    const struct gen_opts *o = g->o;
+    config_defaults(cfg);
+    snprintf(cfg->model, sizeof cfg->model, "%s", o->model);
+    snprintf(cfg->gpus, sizeof cfg->gpus, "%s", o->gpus ? o->gpus : "cpu");
+    snprintf(cfg->layer_split, sizeof cfg->layer_split, "%s", o->layer_split ? o->layer_split : "");
+    if (o->run_dir)
+        snprintf(cfg->run_dir, sizeof cfg->run_dir, "%s", o->run_dir);
+    snprintf(cfg->log_level, sizeof cfg->log_level, "%s",
+             o->log_level == CS_LOG_DEBUG ? "debug" : o->log_level == CS_LOG_INFO ? "info"
+             : o->log_level == CS_LOG_WARN ? "warn" : "error");
+    cfg->workers = o->workers;
+    cfg->threads = o->n_threads;
+    cfg->ctx_size = g->n_prompt + o->n_predict + 1;
+    cfg->max_seqs = 1;
+    cfg->prefill_chunk = GEN_CHUNK;
+    cfg->step_tokens = GEN_CHUNK;
+}
+
+static int gen_run_pipeline(struct gen_run *g, struct cs_error *err)
+{
+    int rc = gguf_open(&g->s.f, g->o->model, err);
+    if (rc)
+        return rc;
+    if ((rc = tokenizer_create_from_gguf(&g->s.tok, g->s.f, err)) || (rc = gen_tokenize(g, err)))
+        return rc;
+    g->n_stop = tokenizer_eos_ids(g->s.tok, g->stop, GEN_MAX_STOP);
+    if (g->n_stop > GEN_MAX_STOP)
+        g->n_stop = GEN_MAX_STOP;
+    tokenizer_decoder_init(&g->dec, g->s.tok, false);
+    if (g->o->n_predict == 0)
+        return CS_OK;
+    struct cs_config cfg;
+    gen_pipe_config(g, &cfg);
+    g->t_decode = cli_now_s();   /* start time until the first token */
+    rc = engine_pipeline_generate(&cfg, g->ctx, g->n_prompt, g->o->n_predict, &g->o->sp, g->stop,
+                                  (int)g->n_stop, gen_pipe_token, g, err);
+    double t_end = cli_now_s();
+    g->t_decode = g->n_gen > 0 ? t_end - g->t_decode - g->t_prefill : 0;
+    const char *text;
+    size_t len;
+    if (!rc && tokenizer_decoder_flush(&g->dec, &text, &len) == CS_OK && len)
+        fwrite(text, 1, len, stdout);
+    fflush(stdout);
+    return rc;
+}
+
 static int gen_run_all(struct gen_run *g, struct cs_error *err)
 {
+    if (g->o->workers > 0)
+        return gen_run_pipeline(g, err);
     struct cli_session_options so = {.model_path = g->o->model, .device = g->o->device,
                                      .n_threads = g->o->n_threads, .need_tokenizer = true};
     int rc = cli_session_open(&g->s, &so, err);

@@ -1,0 +1,77 @@
+/* worker.h - one pipeline worker process (design.md section 3): one backend
+ * (a GPU or the CPU), one layer slice, driven by the coordinator over
+ * ZeroMQ.
+ *
+ * Life: connect a DEALER to ipc://RUNDIR/ctl (routing id "w<id>"), say HELLO,
+ * wait for LOAD, load the slice and its state, answer READY (or ERROR with
+ * the reason, then exit 1), then serve steps until SHUTDOWN:
+ *   stage 0 receives STEP from the coordinator; stage i > 0 receives the
+ *   forwarded STEP on its edge's notify PULL socket and reads the hidden
+ *   states from the shared-memory edge slot it names; each stage runs
+ *   model_forward over its slice; a middle stage writes its output into its
+ *   outgoing edge slot (publish = host fence) BEFORE forwarding the step
+ *   with its timing appended; the last stage samples and answers STEP_DONE.
+ * A second thread sends HEARTBEATs on its own DEALER ("h<id>") every
+ * heartbeat_ms, so a long step never looks like a dead worker; a stopped or
+ * crashed process stops them (the coordinator detects that).
+ *
+ * worker_loop.c: connection, HELLO/LOAD/READY, the poll loop, heartbeats.
+ * worker_step.c: one step (edge in, forward, edge out or STEP_DONE). */
+#ifndef CS_WORKER_WORKER_H
+#define CS_WORKER_WORKER_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "../common/config.h"
+#include "../common/gguf.h"
+#include "../common/status.h"
+#include "../proto/messages.h"
+#include "edge.h"
+#include "model.h"
+
+struct worker_opts {
+    char run_dir[256];
+    int id;              /* routing id number: the stage when spawned, else the GPU index */
+    int stage;           /* -1: assigned by the coordinator's LOAD (attach mode) */
+    int gpu;             /* -1: CPU backend */
+    int threads;         /* CPU backend threads, 0: all cores */
+    int heartbeat_ms;
+};
+
+struct worker {
+    struct worker_opts o;
+    struct cs_config cfg;       /* from LOAD's config_json */
+    void *zctx, *ctl, *pull, *push;
+    struct edge *ein, *eout;
+    struct gguf_file *f;
+    struct cs_backend *be;
+    struct cs_model m;
+    bool model_loaded;
+    struct cs_state *st;
+    int stage, n_stages, max_tokens, page_size;
+    float *hid_in, *hid_out;    /* backend [max_tokens][E] */
+    float *host;                /* host [max_tokens][E] */
+    struct cs_sample_result *results;  /* [MSG_MAX_SEQS] */
+    /* heartbeat thread */
+    pthread_t hb_thread;
+    bool hb_started;
+    pthread_mutex_t hb_mu;
+    bool hb_quit;
+    uint32_t hb_state;          /* enum msg_worker_state */
+};
+
+/* Run the worker until SHUTDOWN (CS_OK) or a fatal error (err says why; an
+ * ERROR message has been sent to the coordinator when it could be). */
+int worker_run(const struct worker_opts *o, struct cs_error *err);
+
+/* worker_step.c: run one STEP message (decoded; its memory stays the
+ * caller's). A failure is reported to the coordinator as a non-fatal ERROR
+ * for that step; returns CS_OK unless the process cannot continue. */
+int worker_step_run(struct worker *w, struct msg *m);
+
+/* Send an ERROR (code, fatal, message) about step_id on the control socket. */
+void worker_error_send(struct worker *w, uint64_t step_id, int code, bool fatal, const char *msg);
+
+#endif

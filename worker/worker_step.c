@@ -1,0 +1,209 @@
+/* worker_step.c - one step on one stage (worker.h): read the incoming edge
+ * slot (stage > 0), run the slice, then either write the outgoing edge slot
+ * and forward the step descriptor downstream, or (last stage) answer
+ * STEP_DONE with the sampled tokens and every stage's timing. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../common/log.h"
+#include "../proto/transport.h"
+#include "worker.h"
+
+#define EDGE_ACQUIRE_WAIT_US 30000000L   /* a downstream stage holding every slot for 30 s is stuck */
+
+static uint64_t now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
+void worker_error_send(struct worker *w, uint64_t step_id, int code, bool fatal, const char *text)
+{
+    if (!w->ctl)
+        return;
+    struct msg m;
+    msg_init(&m, MSG_ERROR, step_id, w->stage >= 0 ? w->stage : w->o.id);
+    m.u.error.code = code < 0 ? code : CS_EINTERNAL;
+    m.u.error.fatal = fatal;
+    char buf[MSG_MAX_TEXT];
+    snprintf(buf, sizeof buf, "%s", text && *text ? text : cs_strerror(code));
+    m.u.error.message = buf;
+    struct cs_error err = {0};
+    if (transport_send(w->ctl, NULL, &m, 1000, &err) != CS_OK)
+        LOG_ERROR("worker", "cannot report an error to the coordinator: %s", err.msg);
+}
+
+/* Hidden states of the step from the incoming edge into w->hid_in. */
+static int step_edge_read(struct worker *w, const struct msg *m, struct cs_error *err)
+{
+    const struct msg_step *s = &m->u.step;
+    int n = 0;
+    int rc = edge_read(w->ein, s->edge_slot, m->h.step_id, w->host, &n, err);
+    if (rc)
+        return rc;
+    edge_release(w->ein, s->edge_slot);
+    if (n != s->n_tokens)
+        return cs_error_set(err, CS_EPROTO, "edge slot %d holds %d tokens, the step has %d",
+                            s->edge_slot, n, s->n_tokens);
+    rc = w->be->upload(w->be, w->hid_in, w->host, (size_t)n * (size_t)w->m.hp.n_embd * sizeof(float));
+    return rc ? cs_error_set(err, rc, "upload of the hidden states failed") : CS_OK;
+}
+
+/* Take the next outgoing slot, waiting while downstream still holds it. */
+static int step_slot_acquire(struct worker *w, int *slot, struct cs_error *err)
+{
+    uint64_t t0 = now_us();
+    for (;;) {
+        int rc = edge_slot_acquire(w->eout, slot);
+        if (rc != CS_EAGAIN)
+            return rc ? cs_error_set(err, rc, "edge: cannot take a slot") : CS_OK;
+        if (now_us() - t0 > (uint64_t)EDGE_ACQUIRE_WAIT_US)
+            return cs_error_set(err, CS_ETIMEOUT, "the next stage has held every edge slot for "
+                                "%ld s", EDGE_ACQUIRE_WAIT_US / 1000000L);
+        usleep(50);
+    }
+}
+
+/* Middle stage: hidden states into the outgoing edge (host copy, publish),
+ * then the step downstream with edge_slot set and this stage's timing. */
+static int step_forward(struct worker *w, struct msg *m, const struct msg_timing *mine,
+                        struct cs_error *err)
+{
+    struct msg_step *s = &m->u.step;
+    size_t bytes = (size_t)s->n_tokens * (size_t)w->m.hp.n_embd * sizeof(float);
+    int rc = w->be->download(w->be, w->host, w->hid_out, bytes);
+    if (!rc)
+        rc = w->be->sync(w->be);   /* host fence before the slot is published */
+    if (rc)
+        return cs_error_set(err, rc, "download of the hidden states failed");
+    int slot;
+    if ((rc = step_slot_acquire(w, &slot, err)))
+        return rc;
+    if ((rc = edge_write(w->eout, slot, m->h.step_id, w->host, s->n_tokens)))
+        return cs_error_set(err, rc, "edge: cannot write slot %d", slot);
+    struct msg_timing tim[MSG_MAX_STAGES];
+    int nt = s->n_timings < MSG_MAX_STAGES - 1 ? s->n_timings : MSG_MAX_STAGES - 1;
+    memcpy(tim, s->timings, sizeof tim[0] * (size_t)nt);
+    tim[nt++] = *mine;
+    struct msg_timing *saved_t = s->timings;
+    int saved_n = s->n_timings, saved_slot = s->edge_slot;
+    int32_t saved_sender = m->h.sender;
+    s->timings = tim;
+    s->n_timings = nt;
+    s->edge_slot = slot;
+    m->h.sender = w->stage;
+    rc = transport_send(w->push, NULL, m, -1, err);
+    s->timings = saved_t;
+    s->n_timings = saved_n;
+    s->edge_slot = saved_slot;
+    m->h.sender = saved_sender;
+    return rc;
+}
+
+/* Last stage: the sampled tokens and the timings to the coordinator. */
+static int step_done_send(struct worker *w, const struct msg *m, const struct msg_timing *mine,
+                          struct cs_error *err)
+{
+    const struct msg_step *s = &m->u.step;
+    struct msg d;
+    msg_init(&d, MSG_STEP_DONE, m->h.step_id, w->stage);
+    struct msg_sampled *smp = calloc((size_t)s->n_seqs, sizeof *smp);
+    struct msg_timing tim[MSG_MAX_STAGES];
+    if (!smp)
+        return cs_error_set(err, CS_ENOMEM, "out of memory");
+    int n = 0;
+    for (int k = 0; k < s->n_seqs; k++)
+        if (s->seqs[k].flags & MSG_SEQ_SAMPLE)
+            smp[n++] = (struct msg_sampled){.seq_id = s->seqs[k].seq_id, .result = w->results[k]};
+    int nt = s->n_timings < MSG_MAX_STAGES - 1 ? s->n_timings : MSG_MAX_STAGES - 1;
+    memcpy(tim, s->timings, sizeof tim[0] * (size_t)nt);
+    tim[nt++] = *mine;
+    d.u.step_done = (struct msg_step_done){.n_samples = n, .samples = smp, .n_timings = nt,
+                                           .timings = tim};
+    int rc = transport_send(w->ctl, NULL, &d, -1, err);
+    free(smp);
+    return rc;
+}
+
+/* Reset (new sequence) before, snapshot after. */
+static int step_slots_reset(struct worker *w, const struct msg_step *s, struct cs_error *err)
+{
+    for (int k = 0; k < s->n_seqs; k++)
+        if (s->seqs[k].flags & MSG_SEQ_RESET) {
+            int rc = state_slot_reset(w->st, s->seqs[k].slot);
+            if (rc)
+                return cs_error_set(err, rc, "cannot reset state slot %d", s->seqs[k].slot);
+        }
+    return CS_OK;
+}
+
+static int step_snapshots(struct worker *w, const struct msg_step *s, struct cs_error *err)
+{
+    for (int k = 0; k < s->n_seqs; k++)
+        if (s->seqs[k].flags & MSG_SEQ_SNAPSHOT) {
+            int rc = state_slot_copy(w->st, s->seqs[k].snapshot_slot, s->seqs[k].slot);
+            if (rc)
+                return cs_error_set(err, rc, "cannot snapshot slot %d", s->seqs[k].slot);
+        }
+    return CS_OK;
+}
+
+static int step_execute(struct worker *w, struct msg *m, struct cs_error *err)
+{
+    const struct msg_step *s = &m->u.step;
+    bool first = w->stage == 0, last = w->stage == w->n_stages - 1;
+    if (s->n_tokens > w->max_tokens)
+        return cs_error_set(err, CS_ERANGE, "step of %d tokens, this stage holds %d", s->n_tokens,
+                            w->max_tokens);
+    if (first != (s->edge_slot < 0))
+        return cs_error_set(err, CS_EPROTO, "edge_slot %d on stage %d", s->edge_slot, w->stage);
+    struct msg_batch mb;
+    int rc = msg_step_to_batch(&mb, s, w->page_size, err);
+    if (rc)
+        return rc;
+    uint64_t t0 = now_us();
+    if (!first)
+        rc = step_edge_read(w, m, err);
+    uint64_t t1 = now_us();
+    if (!rc)
+        rc = step_slots_reset(w, s, err);
+    if (!rc) {
+        rc = model_forward(&w->m, w->st, &mb.batch, first ? NULL : w->hid_in,
+                           last ? NULL : w->hid_out, mb.sample, mb.params, w->results);
+        if (rc)
+            cs_error_set(err, rc, "forward pass failed: %s", cs_strerror(rc));
+    }
+    if (!rc)
+        rc = step_snapshots(w, s, err);
+    uint64_t t2 = now_us();
+    msg_batch_free(&mb);
+    if (rc)
+        return rc;
+    struct msg_timing mine = {.stage = w->stage, .compute_us = (uint32_t)(t2 - t1),
+                              .copy_us = (uint32_t)(t1 - t0)};
+    return last ? step_done_send(w, m, &mine, err) : step_forward(w, m, &mine, err);
+}
+
+int worker_step_run(struct worker *w, struct msg *m)
+{
+    struct cs_error err = {0};
+    pthread_mutex_lock(&w->hb_mu);
+    w->hb_state = MSG_STATE_BUSY;
+    pthread_mutex_unlock(&w->hb_mu);
+    int rc = step_execute(w, m, &err);
+    pthread_mutex_lock(&w->hb_mu);
+    w->hb_state = MSG_STATE_READY;
+    pthread_mutex_unlock(&w->hb_mu);
+    if (rc == CS_OK)
+        return CS_OK;
+    char text[600];
+    snprintf(text, sizeof text, "stage %d, step %llu: %s", w->stage,
+             (unsigned long long)m->h.step_id, err.msg[0] ? err.msg : cs_strerror(rc));
+    LOG_ERROR("worker", "%s", text);
+    worker_error_send(w, m->h.step_id, rc, false, text);
+    return CS_OK;
+}
