@@ -38,6 +38,18 @@ timeout 60 "$BIN/cmpserve" generate --model $M/tiny.gguf --device cpu --prompt "
 cmp -s "$LOG/gen1.txt" "$LOG/gen_cpu.txt" && echo "gpu greedy text == cpu greedy text (64 tokens)" >>"$LOG/summary.txt"
 tail -1 "$LOG/gen1.err" >>"$LOG/summary.txt"
 
+step "pipeline on one GPU: 1, 2 and 3 worker processes (tiny), greedy and seeded"
+for w in 1 2 3; do
+    gs=$(echo 0,0,0 | cut -d, -f1-$w)
+    timeout 90 "$BIN/cmpserve" generate --model $M/tiny.gguf --workers $w --gpus $gs --run-dir /tmp/csrun$w --prompt "Once upon a time" -n 48 --temperature 0 >"$LOG/pipe_g$w.txt" 2>"$LOG/pipe_g$w.err"
+    timeout 90 "$BIN/cmpserve" generate --model $M/tiny.gguf --workers $w --gpus $gs --run-dir /tmp/csrun$w --prompt "Once upon a time" -n 48 --temperature 1 --seed 7 >"$LOG/pipe_s$w.txt" 2>"$LOG/pipe_s$w.err"
+    tail -1 "$LOG/pipe_g$w.err" | sed "s/^/workers=$w greedy: /" >>"$LOG/summary.txt"
+done
+for w in 2 3; do
+    cmp -s "$LOG/pipe_g1.txt" "$LOG/pipe_g$w.txt" && echo "pipeline greedy: $w workers == 1 worker" >>"$LOG/summary.txt" || echo "pipeline greedy: $w workers DIFFER from 1" >>"$LOG/summary.txt"
+    cmp -s "$LOG/pipe_s1.txt" "$LOG/pipe_s$w.txt" && echo "pipeline seeded: $w workers == 1 worker" >>"$LOG/summary.txt" || echo "pipeline seeded: $w workers DIFFER from 1" >>"$LOG/summary.txt"
+done
+
 step "reference check against transformers"
 timeout 240 python3 tests/reference/check_reference.py --cmpserve "$BIN/cmpserve" --cuda on --threads 16 >"$LOG/reference.txt" 2>&1
 tail -15 "$LOG/reference.txt" >>"$LOG/summary.txt"
