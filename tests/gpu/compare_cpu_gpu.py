@@ -2,11 +2,15 @@
 """compare_cpu_gpu.py - proves the CUDA backend computes the same model as the
 CPU reference backend on whole mkmodel presets (GPU issue, item 9):
 
-  * logits of a P-token prefill on --device 0 against --device cpu (the fp32
-    reference path, weights dequantized): top-1 agreement >= 99.5% of
-    positions and mean KL(cpu || gpu) <= 1e-3;
+  * logits of a P-token prefill on --device 0 against the CPU backend's
+    Q8_0 x Q8_1 integer path (--int8: the same arithmetic as the GPU's DP4A
+    path): top-1 agreement >= 99.5% of positions and mean KL(cpu || gpu) <= 1e-3;
   * greedy decode: the ids of N greedy steps are identical on both devices
     (for the tiny preset the issue asks 64 tokens).
+  The distance to the CPU fp32 reference path (weights dequantized, fp32
+  activations) is printed beside it: on random-weight models it is dominated
+  by the int8 activation quantization itself, which the CPU --int8 path shows
+  to the same degree (0.8b: top-1 50%, KL 3.5e-2 between the two CPU paths).
 
 usage: compare_cpu_gpu.py --cmpserve BIN --model FILE [--positions 256]
                           [--decode 64] [--seed 7]
@@ -34,9 +38,11 @@ def read_logits(path):
     return ids, argmax, logits.reshape(n_pos, n_vocab).astype(np.float64), n_prompt
 
 
-def run(binary, model, tokens, decode, device, out):
+def run(binary, model, tokens, decode, device, out, int8=False):
     args = [binary, "logits", "--model", model, "--tokens", ",".join(map(str, tokens)),
             "--decode", str(decode), "--out", out, "--device", device]
+    if int8:
+        args.append("--int8")
     r = subprocess.run(args, capture_output=True, text=True, timeout=900)
     if r.returncode != 0:
         raise RuntimeError(f"{' '.join(args[:6])} ... failed: {r.stderr.strip()}")
@@ -62,22 +68,27 @@ def main():
     name = os.path.basename(a.model)
     with tempfile.TemporaryDirectory() as d:
         try:
-            _, am_c, lc, _ = run(a.cmpserve, a.model, prompt, 0, "cpu", f"{d}/cpu.bin")
+            _, am_f, lf, _ = run(a.cmpserve, a.model, prompt, 0, "cpu", f"{d}/cpu32.bin")
+            _, am_c, lc, _ = run(a.cmpserve, a.model, prompt, 0, "cpu", f"{d}/cpu.bin", True)
             _, am_g, lg, _ = run(a.cmpserve, a.model, prompt, 0, "0", f"{d}/gpu.bin")
             short = prompt[:16]
-            ids_c, _, _, npc = run(a.cmpserve, a.model, short, a.decode, "cpu", f"{d}/cpu_dec.bin")
+            ids_c, _, _, npc = run(a.cmpserve, a.model, short, a.decode, "cpu", f"{d}/cpu_dec.bin", True)
             ids_g, _, _, npg = run(a.cmpserve, a.model, short, a.decode, "0", f"{d}/gpu_dec.bin")
         except Exception as e:  # setup error: say what
             print(f"RESULT {name} ERROR {e}")
             return 2
-    top1 = float((am_c == am_g).mean())
-    pc, pg = log_softmax(lc), log_softmax(lg)
-    kl = float((np.exp(pc) * (pc - pg)).sum(axis=-1).mean())
-    rel = float(np.abs(lc - lg).max() / np.abs(lc).max())
+    def dist(la, aa, lb, ab):
+        pa, pb = log_softmax(la), log_softmax(lb)
+        return (float((aa == ab).mean()), float((np.exp(pa) * (pa - pb)).sum(axis=-1).mean()),
+                float(np.abs(la - lb).max() / np.abs(la).max()))
+
+    top1, kl, rel = dist(lc, am_c, lg, am_g)
+    f_top1, f_kl, _ = dist(lf, am_f, lg, am_g)
     same_greedy = bool((ids_c[npc:] == ids_g[npg:]).all())
     ok = top1 >= 0.995 and kl <= 1e-3 and same_greedy
-    print(f"RESULT {name} {'PASS' if ok else 'FAIL'} positions={a.positions} top1={top1:.4f} "
-          f"meanKL={kl:.2e} max|d|/max|l|={rel:.2e} greedy{a.decode}_identical={same_greedy}")
+    print(f"RESULT {name} {'PASS' if ok else 'FAIL'} vs cpu int8: positions={a.positions} "
+          f"top1={top1:.4f} meanKL={kl:.2e} max|d|/max|l|={rel:.2e} "
+          f"greedy{a.decode}_identical={same_greedy}; vs cpu fp32: top1={f_top1:.4f} meanKL={f_kl:.2e}")
     return 0 if ok else 1
 
 
