@@ -166,9 +166,9 @@ static void ep_stats(struct engine *base, struct engine_stats *out)
     out->ctx_size = e->base.ctx_size;
     out->prompt_tokens_total = e->prompt_tokens_total;
     out->gen_tokens_total = e->gen_tokens_total;
-    out->ready = !e->closing && !e->degraded;
+    out->ready = !e->closing && !e->degraded && !e->recovering;
     snprintf(out->state, sizeof out->state, "%s",
-             e->degraded ? e->state : e->closing ? "shutting down" : "ready");
+             e->degraded || e->recovering ? e->state : e->closing ? "shutting down" : "ready");
 }
 
 static void ep_on_grace(uv_timer_t *t)
@@ -378,6 +378,7 @@ static int ep_channels_open(struct ep_engine *e, const struct cs_config *cfg, st
     } else {
         if ((rc = transport_rundir_prepare(cfg->run_dir, err)))
             return rc;
+        ep_rundir_reclaim(cfg->run_dir);
         if ((size_t)snprintf(e->run_dir, sizeof e->run_dir, "%s/p%d", cfg->run_dir, (int)getpid()) >=
             sizeof e->run_dir)
             return cs_error_set(err, CS_ERANGE, "run_dir '%s' is too long", cfg->run_dir);
@@ -456,6 +457,9 @@ int engine_pipeline_create(struct engine **out, struct uv_loop_s *loop, const st
     e->base.ops = &ep_ops;
     e->loop = loop;
     snprintf(e->state, sizeof e->state, "ready");
+    /* epochs grow across coordinator restarts too: a worker that outlived
+     * the last coordinator drops that one's steps still in its pipes */
+    e->epoch = (uint32_t)time(NULL);
     int rc = ep_setup(e, cfg, err);
     int fd = -1;
     if (!rc && transport_fd(e->router, &fd) != CS_OK)

@@ -40,6 +40,9 @@ struct ep_req {
     int n_stop;
     int32_t *tokens;                   /* prompt + generated: room for n_prompt + max_tokens */
     int n_prompt, n_ctx, n_gen, n_done, max_tokens;
+    int replay_to;                     /* after a recovery: positions [0, replay_to) are
+                                        * replayed (same chunks, then one token a step),
+                                        * never sampled nor sent to the client */
     int slot;
     int32_t *pages;
     int n_pages;
@@ -63,7 +66,8 @@ struct ep_worker {
     int stage;                         /* -1 until assigned */
     int gpu;
     pid_t pid;                         /* spawned child, else 0 */
-    bool hello, ready, dead;
+    pid_t hello_pid;                   /* the pid its HELLO gave */
+    bool hello, ready, dead;           /* ready: loaded and serving; dead: being recovered */
     int64_t last_seen_ms;
     struct msg_ready info;
 };
@@ -97,6 +101,7 @@ struct ep_engine {
     struct ep_req *wait_head, *wait_tail, *run_head, *run_tail;
     int n_waiting, n_running;
     uint64_t next_id, next_step_id, hb_seq;
+    uint32_t epoch;                    /* high 32 bits of step ids; +1 per recovery */
     struct ep_step *steps;             /* [n_stages] */
     int n_inflight;
     /* scratch of one step's message */
@@ -106,6 +111,12 @@ struct ep_engine {
     struct msg_seq *mseq;
     uint64_t prompt_tokens_total, gen_tokens_total;
     double decode_tok_s, prefill_tok_s;
+    /* recovery (engine_pipeline_recover.c) */
+    bool recovering;                   /* a stage is down: steps paused, requests kept */
+    int worker_threads;                /* --threads of spawned workers */
+    int n_restarts;                    /* restarts since the last completed recovery */
+    int64_t recover_t0_ms;             /* when the current recovery began */
+    uint64_t n_recoveries;
     /* state */
     bool degraded, closing, shutdown_pending;
     char state[128];
@@ -121,6 +132,28 @@ int ep_bringup(struct ep_engine *e, struct cs_error *err);
 /* Slots and KV pages: the minimum the stages reported; CS_ENOMEM when one
  * full context does not fit. */
 int ep_capacity_set(struct ep_engine *e, struct cs_error *err);
+
+/* Send LOAD to w (its stage's slice; header step_id carries the epoch). */
+int ep_load_send(struct ep_engine *e, struct ep_worker *w, struct cs_error *err);
+/* Remove what a crashed coordinator left in cfg_run_dir: per-process
+ * subdirectories "p<pid>" of dead pids, their sockets and shared-memory
+ * edges. */
+void ep_rundir_reclaim(const char *run_dir);
+
+/* ---- engine_pipeline_recover.c ---- */
+/* Stage w is down (why): pause (drop steps in flight, rewind every running
+ * sequence to replay from position 0), kill its process if alive, respawn
+ * it (or wait for its HELLO in attach mode). Again while recovering: the
+ * recovery restarts. Too many restarts in a row: ep_degrade. */
+void ep_recover_begin(struct ep_engine *e, struct ep_worker *w, const char *why);
+/* HELLO from w after the bring-up: LOAD it (a worker thought ready is
+ * restarted first: it lost its state). */
+void ep_recover_on_hello(struct ep_engine *e, struct ep_worker *w, const struct msg *m);
+/* READY from w: when every stage is ready again, resume. */
+void ep_recover_on_ready(struct ep_engine *e, struct ep_worker *w, const struct msg *m);
+/* The scheduler's view of r: while replaying, prompt chunks only, then one
+ * token a step. */
+struct sched_seq ep_recover_view(const struct ep_req *r);
 
 /* ---- engine_pipeline.c ---- */
 /* Stop the workers, free everything but the uv handles and e. */

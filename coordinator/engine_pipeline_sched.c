@@ -4,8 +4,8 @@
  * sequences not already in flight, sending it to stage 0, handling
  * STEP_DONE / ERROR, heartbeats and the detection of a dead stage.
  *
- * Recovery (the fault-tolerance issue) plugs in at ep_degrade: each
- * sequence's token list is kept here, so a replay can rebuild its state. */
+ * A dead stage starts a recovery (engine_pipeline_recover.c): steps pause,
+ * each sequence's token list (kept here) is replayed once the stage is back. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -189,25 +189,28 @@ static bool sched_step_send(struct ep_engine *e)
     for (struct ep_req *r = e->run_head; r; r = r->next)
         if (!r->inflight && !r->cancel) {
             e->idle[n_idle] = r;
-            e->sseq[n_idle++] = (struct sched_seq){.n_prompt = r->n_prompt, .n_ctx = r->n_ctx,
-                                                   .n_done = r->n_done};
+            e->sseq[n_idle++] = ep_recover_view(r);
         }
     struct sched_limits lim = {.step_tokens = e->budget, .prefill_chunk = e->chunk};
     int n_ent = sched_plan(e->sseq, n_idle, &lim, e->ent);
     if (n_ent == 0)
         return false;
     struct msg m;
-    msg_init(&m, MSG_STEP, ++e->next_step_id, MSG_SENDER_COORD);
+    e->next_step_id = (e->next_step_id + 1) & 0xffffffffu;
+    msg_init(&m, MSG_STEP, ((uint64_t)e->epoch << 32) | e->next_step_id, MSG_SENDER_COORD);
     int n_tok = 0;
     for (int k = 0; k < n_ent; k++) {
         struct ep_req *r = e->idle[e->ent[k].seq];
+        bool replay = e->ent[k].first < r->replay_to;
+        if (replay)
+            e->ent[k].sample = false;   /* replayed positions: no new token */
         seq_fill(&e->mseq[k], r, &e->ent[k]);
         n_tok += e->ent[k].n;
         st->reqs[k] = r;
         st->n_tok[k] = e->ent[k].n;
         st->sample[k] = e->ent[k].sample;
         r->inflight = true;
-        if (e->ent[k].first < r->n_prompt)
+        if (e->ent[k].first < r->n_prompt && !replay)
             e->prompt_tokens_total += (uint64_t)e->ent[k].n;
     }
     m.u.step = (struct msg_step){.edge_slot = -1, .n_tokens = n_tok, .n_seqs = n_ent,
@@ -230,7 +233,7 @@ static bool sched_step_send(struct ep_engine *e)
 void ep_tick(struct ep_engine *e)
 {
     sched_cancels(e);
-    if (e->degraded)
+    if (e->degraded || e->recovering)
         return;
     sched_admit(e);
     bool sent = false;
@@ -352,9 +355,13 @@ static void on_error(struct ep_engine *e, struct ep_worker *w, const struct msg 
     if (st)
         step_fail(e, st, er->code < 0 ? er->code : CS_EINTERNAL, text);
     if (er->fatal) {
-        w->dead = true;
         snprintf(text, sizeof text, "stage %d failed: %s", w->stage, er->message);
-        ep_degrade(e, text);
+        if (w->ready) {
+            ep_recover_begin(e, w, text);   /* it can no longer serve: restart it */
+        } else {
+            w->dead = true;                 /* it cannot load: give up */
+            ep_degrade(e, text);
+        }
     }
     ep_kick(e);
 }
@@ -365,7 +372,7 @@ struct ep_worker *ep_worker_of_peer(struct ep_engine *e, const char *peer)
     if (!peer || (peer[0] != 'w' && peer[0] != 'h') || sscanf(peer + 1, "%d", &id) != 1)
         return NULL;
     for (int i = 0; i < e->n_stages; i++)
-        if (e->workers[i].id == id && (e->workers[i].hello || e->workers[i].pid > 0))
+        if (e->workers[i].id == id)
             return &e->workers[i];
     return NULL;
 }
@@ -380,6 +387,11 @@ void ep_on_message(struct ep_engine *e, const char *peer, struct msg *m)
     w->last_seen_ms = now_ms();
     switch (m->h.type) {
     case MSG_HEARTBEAT: break;
+    case MSG_HELLO:
+        if (peer[0] == 'w')
+            ep_recover_on_hello(e, w, m);
+        break;
+    case MSG_READY: ep_recover_on_ready(e, w, m); break;
     case MSG_STEP_DONE: on_step_done(e, m); break;
     case MSG_ERROR: on_error(e, w, m); break;
     default:
@@ -429,14 +441,13 @@ static void check_worker(struct ep_engine *e, struct ep_worker *w, int64_t now)
         sup_status_text(st, sizeof st, status);
         snprintf(why, sizeof why, "stage %d down (pid %d %s)", w->stage, (int)w->pid, st);
         w->pid = 0;
-    } else if (now - w->last_seen_ms > e->cfg.dead_after_ms) {
+    } else if ((w->ready || w->pid > 0) && now - w->last_seen_ms > e->cfg.dead_after_ms) {
         snprintf(why, sizeof why, "stage %d down (pid %d, no heartbeat for %lld ms)", w->stage,
                  (int)w->pid, (long long)(now - w->last_seen_ms));
     } else {
         return;
     }
-    w->dead = true;
-    ep_degrade(e, why);
+    ep_recover_begin(e, w, why);
 }
 
 void ep_on_heartbeat(uv_timer_t *t)
@@ -445,11 +456,9 @@ void ep_on_heartbeat(uv_timer_t *t)
     int64_t now = now_ms();
     for (int i = 0; i < e->n_stages; i++) {
         struct ep_worker *w = &e->workers[i];
-        if (w->dead)
-            continue;
+        if (e->degraded)
+            break;
         check_worker(e, w, now);
-        if (w->dead)
-            continue;
         struct msg m;
         msg_init(&m, MSG_HEARTBEAT, 0, MSG_SENDER_COORD);
         m.u.heartbeat = (struct msg_heartbeat){.seq = ++e->hb_seq, .time_us = (uint64_t)now * 1000u,

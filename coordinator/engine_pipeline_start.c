@@ -7,6 +7,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <dirent.h>
+#include <errno.h>
+#include <signal.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "../common/log.h"
@@ -31,7 +35,7 @@ static uint32_t kv_type_of(const struct ep_engine *e, int gpu)
     return gpu < 0 ? CS_DTYPE_F32 : CS_DTYPE_F16;
 }
 
-static int send_load(struct ep_engine *e, struct ep_worker *w, struct cs_error *err)
+int ep_load_send(struct ep_engine *e, struct ep_worker *w, struct cs_error *err)
 {
     int s = w->stage;
     char ein[EDGE_NAME_MAX] = "", eout[EDGE_NAME_MAX] = "";
@@ -47,7 +51,7 @@ static int send_load(struct ep_engine *e, struct ep_worker *w, struct cs_error *
         transport_endpoint(nout, sizeof nout, e->run_dir, ename, NULL);
     }
     struct msg m;
-    msg_init(&m, MSG_LOAD, 0, MSG_SENDER_COORD);
+    msg_init(&m, MSG_LOAD, (uint64_t)e->epoch << 32, MSG_SENDER_COORD);
     m.u.load = (struct msg_load){
         .model_path = e->cfg.model, .stage = s, .n_stages = e->n_stages,
         .layer_begin = e->plan.layer_begin[s], .layer_end = e->plan.layer_end[s],
@@ -83,7 +87,7 @@ static int assign_stages(struct ep_engine *e, int n, struct cs_error *err)
         }
     for (int i = 0; i < n; i++) {
         e->workers[i].stage = i;
-        int rc = send_load(e, &e->workers[i], err);
+        int rc = ep_load_send(e, &e->workers[i], err);
         if (rc)
             return rc;
     }
@@ -127,12 +131,13 @@ static void on_hello(struct bringup *b, const char *peer, const struct msg *m)
     if (!w || w->hello)
         return;
     w->hello = true;
+    w->hello_pid = h->pid;
     w->last_seen_ms = now_ms();
     b->n_hello++;
     LOG_INFO("pipeline", "worker %s: %s, pid %d, protocol %u", peer, h->device_name, (int)h->pid,
              h->proto_version);
     if (!e->cfg.attach)
-        b->rc = send_load(e, w, b->err);
+        b->rc = ep_load_send(e, w, b->err);
     else if (b->n_hello == e->n_stages)
         b->rc = assign_stages(e, e->n_stages, b->err);
 }
@@ -189,6 +194,7 @@ static int spawn_all(struct ep_engine *e, struct cs_error *err)
     int threads = (int)e->cfg.threads;
     if (threads <= 0)
         threads = ncpu > e->n_stages ? (int)(ncpu / e->n_stages) : 1;
+    e->worker_threads = threads;
     for (int s = 0; s < e->n_stages; s++) {
         struct ep_worker *w = &e->workers[s];
         *w = (struct ep_worker){.id = s, .stage = s, .gpu = e->plan.gpu[s]};
@@ -259,4 +265,48 @@ int ep_capacity_set(struct ep_engine *e, struct cs_error *err)
     if (slots < e->max_seqs)
         e->max_seqs = slots;
     return CS_OK;
+}
+
+/* A "p<pid>" name whose process is gone: its pid, else 0. */
+static int dead_owner(const char *name)
+{
+    char *end;
+    if (name[0] != 'p' || !name[1])
+        return 0;
+    long pid = strtol(name + 1, &end, 10);
+    if (*end || pid <= 1 || pid == (long)getpid())
+        return 0;
+    return kill((pid_t)pid, 0) != 0 && errno == ESRCH ? (int)pid : 0;
+}
+
+void ep_rundir_reclaim(const char *run_dir)
+{
+    DIR *d = opendir(run_dir);
+    if (!d)
+        return;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        int pid = dead_owner(de->d_name);
+        if (!pid)
+            continue;
+        char sub[512], path[1024], shm[EDGE_NAME_MAX];
+        snprintf(sub, sizeof sub, "%s/%s", run_dir, de->d_name);
+        int n_shm = 0;
+        for (int i = 0; i < SUP_MAX_STAGES; i++)
+            if (edge_name(shm, sizeof shm, sub, i) == CS_OK && shm_unlink(shm) == 0)
+                n_shm++;
+        DIR *sd = opendir(sub);
+        struct dirent *f;
+        while (sd && (f = readdir(sd)))
+            if (strcmp(f->d_name, ".") && strcmp(f->d_name, "..")) {
+                snprintf(path, sizeof path, "%s/%s", sub, f->d_name);
+                unlink(path);
+            }
+        if (sd)
+            closedir(sd);
+        rmdir(sub);
+        LOG_WARN("pipeline", "reclaimed %s of a crashed coordinator (pid %d): %d shared-memory "
+                 "edges", sub, pid, n_shm);
+    }
+    closedir(d);
 }

@@ -25,6 +25,7 @@ struct server {
     struct completion_ctx cx;
     char cors[512];
     long created;
+    bool draining;   /* SIGTERM: new completions get 503 while in-flight ones finish */
 };
 
 /* ---- small endpoints ---- */
@@ -193,6 +194,11 @@ static void on_request(struct http_request *req, void *ctx)
         error_simple(s, req, 405, "invalid_request_error", "method_not_allowed", msg, allow);
         return;
     }
+    if (s->draining && (found->id == R_CHAT || found->id == R_COMPLETIONS)) {
+        error_simple(s, req, 503, "server_error", "shutting_down",
+                     "The server is shutting down", "Retry-After: 1\r\n");
+        return;
+    }
     if (found->id != R_HEALTH && !authorized(s, req)) {
         error_simple(s, req, 401, "invalid_request_error", "invalid_api_key",
                      "Missing or invalid API key (Authorization: Bearer KEY)",
@@ -280,19 +286,18 @@ struct run_state {
     int grace_ms;
 };
 
-static void engine_down_cb(void *ctx)
+static void http_closed_cb(void *ctx)
 {
     struct run_state *rs = ctx;
     uv_stop(rs->loop);
 }
 
-static void http_closed_cb(void *ctx)
+/* The engine finished (or canceled at the grace deadline) its requests:
+ * close the HTTP side (their last bytes are already queued). */
+static void engine_down_cb(void *ctx)
 {
     struct run_state *rs = ctx;
-    if (rs->engine->ops->shutdown)
-        rs->engine->ops->shutdown(rs->engine, rs->grace_ms, engine_down_cb, rs);
-    else
-        uv_stop(rs->loop);
+    server_close(rs->srv, http_closed_cb, rs);
 }
 
 static void on_signal(uv_signal_t *h, int signum)
@@ -304,7 +309,13 @@ static void on_signal(uv_signal_t *h, int signum)
     LOG_INFO("api", "signal %d: shutting down", signum);
     uv_signal_stop(&rs->sigint);
     uv_signal_stop(&rs->sigterm);
-    server_close(rs->srv, http_closed_cb, rs);
+    /* graceful: refuse new completions, let the engine finish the running
+     * ones within grace_ms (then it cancels them), then close HTTP */
+    rs->srv->draining = true;
+    if (rs->engine->ops->shutdown)
+        rs->engine->ops->shutdown(rs->engine, rs->grace_ms, engine_down_cb, rs);
+    else
+        engine_down_cb(rs);
 }
 
 static void close_walk_cb(uv_handle_t *h, void *arg)

@@ -15,6 +15,12 @@
  * heartbeat_ms, so a long step never looks like a dead worker; a stopped or
  * crashed process stops them (the coordinator detects that).
  *
+ * Coordinator silence: a worker that hears nothing from the coordinator for
+ * dead_after_ms (it sends heartbeats) reconnects and says HELLO again, keeping
+ * its weights; a later LOAD of the same model and layers reuses them (only
+ * the state, edges and sockets are rebuilt), so a new coordinator needs no
+ * reload over the slow bus.
+ *
  * worker_loop.c: connection, HELLO/LOAD/READY, the poll loop, heartbeats.
  * worker_step.c: one step (edge in, forward, edge out or STEP_DONE). */
 #ifndef CS_WORKER_WORKER_H
@@ -51,6 +57,14 @@ struct worker {
     bool model_loaded;
     struct cs_state *st;
     int stage, n_stages, max_tokens, page_size;
+    /* Recovery epoch (the high 32 bits of step ids): set by LOAD's header,
+     * raised by a newer step. A step of an older epoch is stale (sent before
+     * a stage died): dropped. Adopting a newer epoch resets the outgoing edge
+     * (slots held by stale steps are garbage). */
+    uint32_t epoch;
+    int64_t ctl_seen_ms;        /* last message from the coordinator */
+    char loaded_path[4096];     /* the model whose slice is loaded (kept across LOADs) */
+    int loaded_begin, loaded_end;
     float *hid_in, *hid_out;    /* backend [max_tokens][E] */
     float *host;                /* host [max_tokens][E] */
     struct cs_sample_result *results;  /* [MSG_MAX_SEQS] */
@@ -70,6 +84,9 @@ int worker_run(const struct worker_opts *o, struct cs_error *err);
  * caller's). A failure is reported to the coordinator as a non-fatal ERROR
  * for that step; returns CS_OK unless the process cannot continue. */
 int worker_step_run(struct worker *w, struct msg *m);
+
+/* The epoch of a step id (its high 32 bits). */
+static inline uint32_t worker_step_epoch(uint64_t step_id) { return (uint32_t)(step_id >> 32); }
 
 /* Send an ERROR (code, fatal, message) about step_id on the control socket. */
 void worker_error_send(struct worker *w, uint64_t step_id, int code, bool fatal, const char *msg);

@@ -160,15 +160,55 @@ static int load_buffers(struct worker *w, struct cs_error *err)
     return CS_OK;
 }
 
-static int load_slice(struct worker *w, const struct msg_load *l, struct cs_error *err)
+/* Everything a LOAD builds but the weights: state, edges, notify sockets,
+ * step buffers. */
+static void slice_state_release(struct worker *w)
 {
+    transport_close(w->pull);
+    transport_close(w->push);
+    w->pull = w->push = NULL;
+    edge_close(w->ein);
+    edge_close(w->eout);
+    w->ein = w->eout = NULL;
+    if (w->be) {
+        if (w->hid_in)
+            w->be->free(w->be, w->hid_in);
+        if (w->hid_out)
+            w->be->free(w->be, w->hid_out);
+    }
+    w->hid_in = w->hid_out = NULL;
+    free(w->host);
+    free(w->results);
+    w->host = NULL;
+    w->results = NULL;
+    if (w->st)
+        state_destroy(w->st);
+    w->st = NULL;
+}
+
+static void slice_model_release(struct worker *w)
+{
+    if (w->model_loaded)
+        model_free(&w->m);
+    w->model_loaded = false;
+    if (w->f)
+        gguf_close(w->f);
+    w->f = NULL;
+    w->loaded_path[0] = '\0';
+}
+
+/* The weights of l's slice: kept when already loaded (a LOAD from a new
+ * coordinator), else loaded (dropping another slice first). */
+static int load_weights(struct worker *w, const struct msg_load *l, struct cs_error *err)
+{
+    if (w->model_loaded && strcmp(w->loaded_path, l->model_path) == 0 &&
+        w->loaded_begin == l->layer_begin && w->loaded_end == l->layer_end) {
+        LOG_INFO("worker", "reusing the loaded weights of layers [%d, %d) (no reload)",
+                 l->layer_begin, l->layer_end);
+        return CS_OK;
+    }
+    slice_model_release(w);
     int rc;
-    config_defaults(&w->cfg);
-    if (l->config_json[0] &&
-        (rc = config_apply_json(&w->cfg, l->config_json, strlen(l->config_json), err)))
-        return rc;
-    w->stage = l->stage;
-    w->n_stages = l->n_stages;
     if ((rc = gguf_open(&w->f, l->model_path, err)))
         return rc;
     if ((rc = model_load(&w->m, w->f, w->be, l->layer_begin, l->layer_end, NULL, NULL, err))) {
@@ -176,6 +216,24 @@ static int load_slice(struct worker *w, const struct msg_load *l, struct cs_erro
         return rc;
     }
     w->model_loaded = true;
+    snprintf(w->loaded_path, sizeof w->loaded_path, "%s", l->model_path);
+    w->loaded_begin = l->layer_begin;
+    w->loaded_end = l->layer_end;
+    return CS_OK;
+}
+
+static int load_slice(struct worker *w, const struct msg_load *l, struct cs_error *err)
+{
+    int rc;
+    slice_state_release(w);
+    config_defaults(&w->cfg);
+    if (l->config_json[0] &&
+        (rc = config_apply_json(&w->cfg, l->config_json, strlen(l->config_json), err)))
+        return rc;
+    w->stage = l->stage;
+    w->n_stages = l->n_stages;
+    if ((rc = load_weights(w, l, err)))
+        return rc;
     if ((w->stage == 0) != w->m.first_stage || (w->stage == w->n_stages - 1) != w->m.last_stage)
         return cs_error_set(err, CS_EINVAL, "bad slice: stage %d of %d has layers [%d, %d) of %d",
                             w->stage, w->n_stages, l->layer_begin, l->layer_end, w->m.hp.n_layer);
@@ -206,6 +264,21 @@ static int worker_ready_send(struct worker *w, int64_t t0, struct cs_error *err)
     return transport_send(w->ctl, NULL, &m, 5000, err);
 }
 
+/* One LOAD: (re)build the slice, take the epoch, answer READY. A failure is
+ * sent as a fatal ERROR. */
+static int worker_load_msg(struct worker *w, const struct msg *m, struct cs_error *err)
+{
+    int64_t t0 = now_ms();
+    int rc = load_slice(w, &m->u.load, err);
+    if (rc) {
+        worker_error_send(w, 0, rc, true, err->msg);
+        return rc;
+    }
+    w->epoch = worker_step_epoch(m->h.step_id);
+    w->ctl_seen_ms = 0;   /* silence counts from the coordinator's first heartbeat */
+    return worker_ready_send(w, t0, err);
+}
+
 /* Wait for LOAD, load, answer READY. A load failure is sent as a fatal ERROR. */
 static int worker_load(struct worker *w, struct cs_error *err)
 {
@@ -228,14 +301,9 @@ static int worker_load(struct worker *w, struct cs_error *err)
             msg_free(&m);
             continue;
         }
-        int64_t t0 = now_ms();
-        rc = load_slice(w, &m.u.load, err);
+        rc = worker_load_msg(w, &m, err);
         msg_free(&m);
-        if (rc) {
-            worker_error_send(w, 0, rc, true, err->msg);
-            return rc;
-        }
-        return worker_ready_send(w, t0, err);
+        return rc;
     }
 }
 
@@ -256,21 +324,38 @@ static int worker_dispatch(struct worker *w, struct msg *m, bool from_ctl, bool 
         *quit = true;
         return CS_OK;
     case MSG_HEARTBEAT:
+        if (from_ctl)
+            w->ctl_seen_ms = now_ms();
         return CS_OK;
+    case MSG_LOAD: {
+        struct cs_error err = {0};
+        return from_ctl ? worker_load_msg(w, m, &err) : CS_OK;
+    }
     default:
         LOG_WARN("worker", "unexpected %s message: dropped", msg_type_name(m->h.type));
         return CS_OK;
     }
 }
 
+/* True when the coordinator has been silent for dead_after_ms (counted
+ * from its first heartbeat after READY: a coordinator still bringing up
+ * other stages sends none yet). */
+static bool coordinator_lost(const struct worker *w)
+{
+    return w->ctl_seen_ms > 0 && w->cfg.dead_after_ms > 0 &&
+           now_ms() - w->ctl_seen_ms > w->cfg.dead_after_ms;
+}
+
 static int worker_serve(struct worker *w, struct cs_error *err)
 {
     bool quit = false;
     while (!quit) {
+        if (coordinator_lost(w))
+            return CS_EAGAIN;
         zmq_pollitem_t items[2] = {{.socket = w->ctl, .events = ZMQ_POLLIN},
                                    {.socket = w->pull, .events = ZMQ_POLLIN}};
         int n_items = w->pull ? 2 : 1;
-        if (zmq_poll(items, n_items, 1000) < 0)
+        if (zmq_poll(items, n_items, 100) < 0)
             continue;   /* EINTR */
         for (int i = 0; i < n_items && !quit; i++) {
             if (!(items[i].revents & ZMQ_POLLIN))
@@ -294,29 +379,28 @@ static void worker_release(struct worker *w)
 {
     hb_stop(w);
     transport_close(w->ctl);
-    transport_close(w->pull);
-    transport_close(w->push);
+    slice_state_release(w);
     if (w->zctx)
         transport_context_destroy(w->zctx);
-    edge_close(w->ein);
-    edge_close(w->eout);
-    if (w->be) {
-        if (w->hid_in)
-            w->be->free(w->be, w->hid_in);
-        if (w->hid_out)
-            w->be->free(w->be, w->hid_out);
-    }
-    free(w->host);
-    free(w->results);
-    if (w->st)
-        state_destroy(w->st);
-    if (w->model_loaded)
-        model_free(&w->m);
+    slice_model_release(w);
     if (w->be)
         w->be->destroy(w->be);
-    if (w->f)
-        gguf_close(w->f);
     pthread_mutex_destroy(&w->hb_mu);
+}
+
+/* The coordinator went silent: a fresh control socket and HELLO again
+ * (weights kept), then wait for its LOAD. */
+static int worker_rejoin(struct worker *w, struct cs_error *err)
+{
+    LOG_WARN("worker", "stage %d: no word from the coordinator for %ld ms: saying HELLO again "
+             "(weights kept)", w->stage, w->cfg.dead_after_ms);
+    transport_close(w->ctl);
+    w->ctl = NULL;
+    int rc;
+    if ((rc = transport_dealer_connect(w->zctx, w->o.run_dir, w->o.id, &w->ctl, err)) ||
+        (rc = worker_hello(w, err)))
+        return rc;
+    return worker_load(w, err);
 }
 
 static int worker_start(struct worker *w, struct cs_error *err)
@@ -355,7 +439,9 @@ int worker_run(const struct worker_opts *o, struct cs_error *err)
         pthread_mutex_lock(&w->hb_mu);
         w->hb_state = MSG_STATE_READY;
         pthread_mutex_unlock(&w->hb_mu);
-        rc = worker_serve(w, err);
+        while ((rc = worker_serve(w, err)) == CS_EAGAIN)
+            if ((rc = worker_rejoin(w, err)))
+                break;
     }
     if (rc == CS_ECLOSED)
         rc = CS_OK;

@@ -188,9 +188,36 @@ static int step_execute(struct worker *w, struct msg *m, struct cs_error *err)
     return last ? step_done_send(w, m, &mine, err) : step_forward(w, m, &mine, err);
 }
 
+/* A step of an older epoch: give its incoming slot back (only when it still
+ * holds this step) and drop it. A newer epoch: adopt it, resetting the
+ * outgoing edge, whose slots can only hold stale steps. False: drop. */
+static bool step_epoch_check(struct worker *w, const struct msg *m)
+{
+    uint32_t ep = worker_step_epoch(m->h.step_id);
+    if (ep < w->epoch) {
+        const void *data;
+        int n;
+        if (w->ein && m->u.step.edge_slot >= 0 &&
+            edge_peek(w->ein, m->u.step.edge_slot, m->h.step_id, &data, &n, NULL) == CS_OK)
+            edge_release(w->ein, m->u.step.edge_slot);
+        LOG_DEBUG("worker", "stale step %llx (epoch %u < %u): dropped",
+                  (unsigned long long)m->h.step_id, ep, w->epoch);
+        return false;
+    }
+    if (ep > w->epoch) {
+        LOG_INFO("worker", "stage %d: epoch %u -> %u", w->stage, w->epoch, ep);
+        w->epoch = ep;
+        if (w->eout)
+            edge_reset(w->eout);
+    }
+    return true;
+}
+
 int worker_step_run(struct worker *w, struct msg *m)
 {
     struct cs_error err = {0};
+    if (!step_epoch_check(w, m))
+        return CS_OK;
     pthread_mutex_lock(&w->hb_mu);
     w->hb_state = MSG_STATE_BUSY;
     pthread_mutex_unlock(&w->hb_mu);

@@ -3,8 +3,9 @@ over HTTP with real worker processes: 4 concurrent requests (greedy and
 seeded, prompts cut into several prefill chunks interleaved with decodes,
 several steps in flight) each give exactly the text of the same request run
 alone on the in-process engine; then a SIGSTOPped worker is detected within
-dead_after_ms: the running request fails with an error naming the stage,
-/health answers 503 "degraded" naming it, and the server still shuts down
+dead_after_ms and replaced (recovery by replay, tests/recovery proves the
+text is unchanged): the request sent meanwhile still completes, the hung
+process is killed, /health is 200 again, and the server still shuts down
 cleanly, leaving no worker process behind.
 
 usage: test_serve.py CMPSERVE_BIN WORKDIR"""
@@ -98,16 +99,14 @@ class PipelineServe(unittest.TestCase):
             victim = [p for p in workers if stage_of(p) == 1][0]
             os.kill(victim, signal.SIGSTOP)
             t0 = time.time()
-            st, body = complete(srv, {"prompt": "Go on", "max_tokens": 900, "temperature": 0})
+            st, body = complete(srv, {"prompt": "Go on", "max_tokens": 64, "temperature": 0})
             took = time.time() - t0
-            self.assertNotEqual(st, 200, body)
-            msg = body["error"]["message"]
-            self.assertIn("stage 1", msg)
-            self.assertIn("degraded", msg)
-            self.assertLess(took, 10.0, "the stopped worker was not detected in time")
+            self.assertEqual(st, 200, body)
+            self.assertLess(took, 30.0, "the stopped worker was not replaced in time")
+            self.assertFalse(alive(victim), "the hung worker was not killed")
             st, _, data = srv.request("GET", "/health")
-            self.assertEqual(st, 503, data)
-            self.assertIn("stage 1 down", json.loads(data)["state"])
+            self.assertEqual(st, 200, data)
+            workers = workers + children(srv.proc.pid)
         finally:
             for p in workers:
                 try:
