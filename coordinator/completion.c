@@ -14,6 +14,7 @@
 #include <time.h>
 
 #include "common/log.h"
+#include "coordinator/json_constrain.h"
 #include "coordinator/toolparse.h"
 #include "kernels/sampler.h"
 
@@ -542,11 +543,6 @@ static int check_request(struct completion *c, struct oai_error *e)
         snprintf(e->code, sizeof e->code, "model_not_found");
         return CS_ENOTFOUND;
     }
-    if (r->format == OAI_FORMAT_JSON_SCHEMA) {
-        oai_error_set(e, 400, "invalid_request_error", "response_format",
-                      "response_format json_schema is not supported yet");
-        return CS_EUNSUPPORTED;
-    }
     for (int i = 0; i < r->n_bias; i++)
         if (r->bias_ids[i] >= cx->engine->n_vocab) {
             oai_error_set(e, 400, "invalid_request_error", "logit_bias",
@@ -570,8 +566,8 @@ static int build_chat_prompt(struct completion *c, struct oai_error *e)
     prompt_thinking_directives((cJSON *)r->messages, &thinking);
     bool has_tools = cJSON_IsArray(r->tools) && cJSON_GetArraySize(r->tools) > 0;
     bool forced = has_tools && (r->tool_choice == OAI_TOOL_REQUIRED || r->tool_choice == OAI_TOOL_NAMED);
-    if (forced)
-        thinking = TEMPLATE_THINKING_OFF;
+    if (forced || r->format != OAI_FORMAT_TEXT)
+        thinking = TEMPLATE_THINKING_OFF; /* the whole output is the call or the JSON */
     struct template_options opt = {
         .add_generation_prompt = 1,
         .enable_thinking = thinking,
@@ -684,6 +680,38 @@ nomem:
     return CS_ENOMEM;
 }
 
+/* The choice's decoding constraint (json_constrain.h): a forced tool call,
+ * or the response_format's JSON; *out NULL when the output is free. */
+static int constraint_make(struct completion *c, struct jc_constraint **out, struct oai_error *e)
+{
+    const struct oai_request *r = &c->req;
+    *out = NULL;
+    bool tools = c->forced[0] != 0;
+    if (!tools && r->format == OAI_FORMAT_TEXT)
+        return CS_OK;
+    const struct tokenizer *tok = c->cx->model->tok;
+    const struct jc_vocab *v = jc_vocab_shared(tok, c->cx->engine->n_vocab);
+    if (!v) {
+        oai_error_set(e, 500, "server_error", NULL, "cannot build the constrained-decoding index");
+        return CS_ENOMEM;
+    }
+    struct cs_error err = {0};
+    int32_t end_id = c->cx->n_eos > 0 ? c->cx->eos_ids[0] : -1;
+    int rc = tools ? jc_constraint_tools(out, v, r->tools,
+                                         r->tool_choice == OAI_TOOL_NAMED ? r->tool_name : NULL,
+                                         r->parallel_tool_calls, end_id, &err)
+                   : jc_constraint_json(out, v, r->format == OAI_FORMAT_JSON_SCHEMA ? r->json_schema
+                                                                                  : NULL,
+                                        end_id, &err);
+    if (rc == CS_ENOMEM)
+        oai_error_set(e, 500, "server_error", NULL, "out of memory");
+    else if (rc != CS_OK)
+        oai_error_set(e, 400, "invalid_request_error", tools ? "tools" : "response_format",
+                      "%s: %s", tools ? "'tools' cannot be enforced" :
+                      "'response_format.json_schema.schema' is not supported", err.msg);
+    return rc;
+}
+
 static int submit_choice(struct completion *c, struct choice *ch, int max_tokens,
                          struct oai_error *e)
 {
@@ -711,8 +739,16 @@ static int submit_choice(struct completion *c, struct choice *ch, int max_tokens
     p->bias_ids = r->bias_ids;
     p->bias_vals = r->bias_vals;
     p->n_bias = r->n_bias;
+    struct jc_constraint *jc = NULL;
+    int rc = constraint_make(c, &jc, e);
+    if (rc != CS_OK)
+        return rc;
+    er.constraint_ops = jc ? &jc_engine_ops : NULL;
+    er.constraint = jc;
     struct cs_error err = {0};
-    int rc = engine_submit(c->cx->engine, &er, &ch->engine_id, &err);
+    rc = engine_submit(c->cx->engine, &er, &ch->engine_id, &err);
+    if (rc != CS_OK)
+        jc_constraint_free(jc);
     if (rc == CS_OK) {
         ch->running = true;
         c->n_running++;

@@ -40,6 +40,25 @@ enum engine_finish {
     ENGINE_FINISH_ERROR = 3,    /* see the status of the done callback */
 };
 
+/* Constrained decoding (optional, per request; e.g. json_constrain.h).
+ * Before every sampling step of the request the engine calls
+ * mask(c, mask, n_vocab) to fill a vocab bitmask (LSB first) of the ids
+ * allowed next, and samples only among those (and sample.allowed when that
+ * is set too); after every sampled token that is not a stop id it calls
+ * advance(c, token). A failing mask makes the engine allow only the
+ * request's first stop id (the sequence ends). Both run on the engine's own
+ * thread, one call at a time for a request, never on the loop thread; an
+ * engine that computes them elsewhere (the pipeline engine's scheduler
+ * thread) keeps the same order: mask for step k, then advance with the
+ * token of step k. Ownership: on a successful engine_submit the engine owns
+ * c and calls free(c) once when the request ends (after its last mask or
+ * advance); on a failed submit the caller keeps it. */
+struct engine_constraint_ops {
+    int (*mask)(void *c, uint8_t *mask, int n_vocab);
+    int (*advance)(void *c, int32_t token);
+    void (*free)(void *c);
+};
+
 struct engine_request {
     const int32_t *prompt;          /* copied by engine_submit */
     int n_prompt;
@@ -53,6 +72,8 @@ struct engine_request {
     bool (*on_token)(void *user, const struct cs_sample_result *tok);
     void (*on_done)(void *user, enum engine_finish finish, int status, const char *message);
     void *user;
+    const struct engine_constraint_ops *constraint_ops; /* NULL: unconstrained */
+    void *constraint;                                   /* passed to constraint_ops */
 };
 
 struct engine_stats {

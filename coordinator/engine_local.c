@@ -156,10 +156,14 @@ static struct el_req *el_req_new(const struct el_engine *e, const struct engine_
     r->bias_vals = el_dup(sp->bias_vals, sizeof(float) * (size_t)sp->n_bias, &fail);
     if (sp->allowed)
         r->allowed = el_dup(sp->allowed, ((size_t)e->base.n_vocab + 7) / 8, &fail);
-    if (fail || !r->tokens || !r->pages) {
+    if (in->constraint && in->constraint_ops)
+        r->cmask = malloc(((size_t)e->base.n_vocab + 7) / 8);
+    if (fail || !r->tokens || !r->pages || (in->constraint && in->constraint_ops && !r->cmask)) {
         el_req_free(r);
         return NULL;
     }
+    r->cops = in->constraint ? in->constraint_ops : NULL;
+    r->constraint = r->cops ? in->constraint : NULL;
     memcpy(r->tokens, in->prompt, sizeof(int32_t) * (size_t)in->n_prompt);
     r->n_prompt = r->n_ctx = in->n_prompt;
     r->max_tokens = in->max_tokens;
@@ -194,6 +198,7 @@ static int el_submit(struct engine *base, const struct engine_request *in, uint6
                           e->n_waiting, e->n_running_pub);
     if (rc) {
         pthread_mutex_unlock(&e->mu);
+        r->constraint = NULL; /* a failed submit leaves it to the caller */
         el_req_free(r);
         return rc;
     }

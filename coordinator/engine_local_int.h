@@ -42,6 +42,9 @@ struct el_req {
     int32_t *bias_ids;
     float *bias_vals;
     uint8_t *allowed;
+    const struct engine_constraint_ops *cops; /* constrained decoding, or NULL */
+    void *constraint;                  /* owned (engine thread) */
+    uint8_t *cmask;                    /* the step's constraint mask */
     int32_t *stop_ids;                 /* NULL: the engine's defaults */
     int n_stop;
     const int32_t *script;             /* scripted tokens (test only) or NULL */

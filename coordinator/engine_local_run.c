@@ -29,6 +29,9 @@ void el_req_free(struct el_req *r)
     free(r->bias_ids);
     free(r->bias_vals);
     free(r->allowed);
+    if (r->constraint && r->cops && r->cops->free)
+        r->cops->free(r->constraint);
+    free(r->cmask);
     free(r->stop_ids);
     free(r->tokens);
     free(r->pages);
@@ -168,6 +171,27 @@ static bool el_is_stop(const struct el_engine *e, const struct el_req *r, int32_
     return false;
 }
 
+/* The constraint's mask for r's next token into r->cmask (ANDed with the
+ * request's own mask); on failure only the first stop id. */
+static const uint8_t *el_constraint_mask(struct el_engine *e, struct el_req *r)
+{
+    int n_vocab = e->base.n_vocab;
+    size_t bytes = ((size_t)n_vocab + 7) / 8;
+    int rc = r->cops->mask(r->constraint, r->cmask, n_vocab);
+    if (rc != CS_OK) {
+        int32_t stop = r->stop_ids ? r->stop_ids[0] : e->stop_default[0];
+        LOG_WARN("engine", "request %llu: constraint mask failed (%s), ending it",
+                 (unsigned long long)r->id, cs_strerror(rc));
+        memset(r->cmask, 0, bytes);
+        r->cmask[stop >> 3] = (uint8_t)(1u << (stop & 7));
+        return r->cmask;
+    }
+    if (r->allowed)
+        for (size_t i = 0; i < bytes; i++)
+            r->cmask[i] &= r->allowed[i];
+    return r->cmask;
+}
+
 /* Add entry k of the plan to the batch at token offset t; returns the new offset. */
 static int el_batch_add(struct el_engine *e, int k, int t)
 {
@@ -193,6 +217,8 @@ static int el_batch_add(struct el_engine *e, int k, int t)
     sp->n_gen_tokens = r->n_gen;
     sp->ctx_tokens = r->tokens;
     sp->n_ctx_tokens = r->n_ctx;
+    if (en->sample && r->constraint)
+        sp->allowed = el_constraint_mask(e, r);
     return t;
 }
 
@@ -210,6 +236,9 @@ static void el_seq_sampled(struct el_engine *e, struct el_req *r, struct cs_samp
         el_seq_finish(e, r, ENGINE_FINISH_STOP, CS_OK, NULL);
         return;
     }
+    if (r->constraint && r->cops->advance(r->constraint, res->token) != CS_OK)
+        LOG_DEBUG("engine", "request %llu: token %d breaks its constraint",
+                  (unsigned long long)r->id, (int)res->token);
     r->tokens[r->n_ctx++] = res->token;
     r->n_gen++;
     bool last = r->n_gen >= r->max_tokens;

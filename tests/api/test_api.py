@@ -242,7 +242,7 @@ class ApiTest(unittest.TestCase):
         with self.assertRaises(openai.BadRequestError):
             self.c.chat.completions.create(model="fake-model", messages=[{"role": "user", "content": 5}])
         st, _, body = self.post("/v1/chat/completions", {"messages": user("x"),
-                                "response_format": {"type": "json_schema", "json_schema": {"name": "a", "schema": {}}}})
+                                "response_format": {"type": "json_schema", "json_schema": {"name": "a", "schema": {"type": "string", "pattern": "^a"}}}})
         self.assertEqual(st, 400)
         self.assertIn("json_schema", json.loads(body)["error"]["message"])
 

@@ -36,6 +36,8 @@ struct fake_seq {
     bool (*on_token)(void *user, const struct cs_sample_result *tok);
     void (*on_done)(void *user, enum engine_finish finish, int status, const char *message);
     void *user;
+    const struct engine_constraint_ops *cops; /* owned constraint (not applied), freed */
+    void *constraint;
 };
 
 struct fake_engine {
@@ -58,6 +60,8 @@ static void seq_unlink_free(struct fake_engine *f, struct fake_seq *s)
             *p = s->next;
             break;
         }
+    if (s->constraint && s->cops && s->cops->free)
+        s->cops->free(s->constraint);
     free(s->prompt);
     free(s);
 }
@@ -185,6 +189,8 @@ static int fake_submit(struct engine *e, const struct engine_request *r, uint64_
     s->on_token = r->on_token;
     s->on_done = r->on_done;
     s->user = r->user;
+    s->cops = r->constraint_ops;
+    s->constraint = r->constraint;
     s->id = f->next_id++;
     s->k = f->n_accepted++;
     struct fake_seq **p = &f->seqs;
