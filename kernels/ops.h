@@ -118,6 +118,16 @@ struct cs_sample_result {
     float top_logprobs[CS_MAX_TOP_LOGPROBS];
 };
 
+/* Modes returned by be->graph_begin (see there). */
+enum cs_graph_mode { CS_GRAPH_EAGER = 0, CS_GRAPH_RECORD = 1, CS_GRAPH_REPLAYED = 2 };
+
+struct cs_graph_stats {
+    uint64_t recorded;          /* graphs recorded and instantiated */
+    uint64_t replayed;          /* steps run by replaying a graph */
+    uint64_t failed;            /* recordings that failed (the step ran eagerly) */
+    uint64_t eager;             /* decode steps run eagerly (warm-up, graphs off) */
+};
+
 struct cs_backend {
     const char *name;           /* "cpu" or "cuda:N" */
     void *ctx;                  /* backend-private */
@@ -201,6 +211,30 @@ struct cs_backend {
      * are host. */
     int (*sample)(struct cs_backend *be, struct cs_sample_result *results, float *logits,
                   int n_vocab, const struct cs_sample_params *params, int n);
+
+    /* ---- optional: decode steps recorded once and replayed (CUDA graphs) ----
+     * NULL on backends without it (CPU). After step_begin of a pure decode step
+     * (every sequence has one token), model.c calls graph_begin(owner,
+     * variant): owner and variant name the op sequence that follows (the
+     * model state and which ops it includes); the backend adds the batch shape
+     * (n_seqs, max_pages, attention split bucket) to the key. It returns:
+     *   CS_GRAPH_EAGER    run the ops normally (first sight of a key, graphs
+     *                     off, not a decode step);
+     *   CS_GRAPH_RECORD   the ops that follow are recorded, not run; call
+     *                     graph_end, which runs them (or says it did not);
+     *   CS_GRAPH_REPLAYED the recorded ops of this key were queued: skip them;
+     * or a negative status. In every mode the results are bitwise those of
+     * the eager ops. Recordings die when backend memory is freed or a
+     * backend buffer moves (re-recorded on the next steps). */
+    int (*graph_begin)(struct cs_backend *be, const void *owner, uint32_t variant);
+    /* End a recording. ops_ok: every op returned CS_OK. Returns CS_OK when
+     * the recorded ops were queued; else a negative status and nothing ran
+     * (the caller runs the ops again eagerly). */
+    int (*graph_end)(struct cs_backend *be, bool ops_ok);
+    /* Turn recording/replay on or off (on by default where supported). */
+    void (*graph_enable)(struct cs_backend *be, bool on);
+    /* Counters since creation (tests, benches); fills what it knows. */
+    void (*graph_stats)(struct cs_backend *be, struct cs_graph_stats *out);
 
     void (*destroy)(struct cs_backend *be);
 };

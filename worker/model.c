@@ -4,7 +4,12 @@
  * Owns: batch validation (bad input never reaches an op), the per-layer
  * block (pre-norm mixer, residual, pre-norm SwiGLU FFN, residual), the GDN and
  * gated-attention mixers, and the last stage's final norm, LM head and
- * sampling. Loading is weights.c, state and scratch are state.c. */
+ * sampling. Loading is weights.c, state and scratch are state.c.
+ *
+ * A step is slice_begin (checks, batch upload, embed or copy-in) then a step
+ * body (the layers, and for a decode step sampling every sequence also the
+ * head) that a backend with graph hooks records once per batch shape and
+ * replays (step_body), then sampling or the logits download. */
 #include <math.h>
 #include <string.h>
 
@@ -123,9 +128,9 @@ static int layer_forward(struct cs_model *m, struct cs_state *st, int l, const s
     return be->add(be, st->hidden, st->tmp, n);
 }
 
-/* Validate, then run every layer of the slice; the result is in st->hidden. */
-static int slice_forward(struct cs_model *m, struct cs_state *st, const struct cs_batch *b,
-                         const float *hidden_in)
+/* Validate, upload the batch, and put the slice's input in st->hidden. */
+static int slice_begin(struct cs_model *m, struct cs_state *st, const struct cs_batch *b,
+                       const float *hidden_in)
 {
     if (!m || !st || st->m != m)
         return CS_EINVAL;
@@ -142,12 +147,48 @@ static int slice_forward(struct cs_model *m, struct cs_state *st, const struct c
     if ((rc = be->step_begin(be, b)))
         return rc;
     if (hidden_in)
-        rc = be->copy(be, st->hidden, hidden_in, n * sizeof(float));
-    else
-        rc = be->embed(be, st->hidden, &m->token_embd, b);
+        return be->copy(be, st->hidden, hidden_in, n * sizeof(float));
+    return be->embed(be, st->hidden, &m->token_embd, b);
+}
+
+static int lm_head_rows(struct cs_model *m, struct cs_state *st, const float *x, int n);
+
+/* What a step body runs after slice_begin (the graph_begin variant):
+ * STEP_LAYERS every layer of the slice on st->hidden; STEP_LAYERS_HEAD then
+ * also the final norm and LM head of all n_tokens rows into st->logits (a
+ * decode step sampling every sequence, n_tokens <= n_logit_rows). */
+enum step_variant { STEP_LAYERS = 0, STEP_LAYERS_HEAD = 1 };
+
+static int step_ops(struct cs_model *m, struct cs_state *st, const struct cs_batch *b,
+                    enum step_variant v)
+{
+    int rc = CS_OK;
     for (int l = m->layer_begin; l < m->layer_end && rc == CS_OK; l++)
         rc = layer_forward(m, st, l, b);
+    if (rc == CS_OK && v == STEP_LAYERS_HEAD)
+        rc = lm_head_rows(m, st, st->hidden, b->n_tokens);
     return rc;
+}
+
+/* Run the step body, recorded once and replayed on backends with graph hooks
+ * (a pure decode step: the backend decides, see kernels/ops.h graph_begin).
+ * A failed recording runs the same ops eagerly; results are bitwise equal. */
+static int step_body(struct cs_model *m, struct cs_state *st, const struct cs_batch *b,
+                     enum step_variant v)
+{
+    struct cs_backend *be = m->be;
+    int mode = CS_GRAPH_EAGER;
+    if (be->graph_begin && be->graph_end && b->n_tokens == b->n_seqs)
+        mode = be->graph_begin(be, st, (uint32_t)v);
+    if (mode < 0 || mode == CS_GRAPH_REPLAYED)
+        return mode < 0 ? mode : CS_OK;
+    int rc = step_ops(m, st, b, v);
+    if (mode != CS_GRAPH_RECORD)
+        return rc;
+    int rc_end = be->graph_end(be, rc == CS_OK);
+    if (rc == CS_OK && rc_end == CS_OK)
+        return CS_OK;
+    return step_ops(m, st, b, v);   /* nothing ran: the recording was dropped */
 }
 
 /* Final norm and LM head on n rows of st->rows into st->logits. */
@@ -190,6 +231,21 @@ static int sample_last_tokens(struct cs_model *m, struct cs_state *st, const str
     return CS_OK;
 }
 
+/* True when the step's head can join the step body: a decode step (one
+ * token per sequence) sampling every sequence, in one chunk of logit rows.
+ * Row s of st->hidden is then sequence s's last token, so the head reads
+ * st->hidden directly (the same values sample_last_tokens gathers). */
+static bool head_in_body(const struct cs_model *m, const struct cs_state *st,
+                         const struct cs_batch *b, const bool *sample)
+{
+    if (!m->last_stage || !sample || b->n_tokens != b->n_seqs || b->n_seqs > st->n_logit_rows)
+        return false;
+    for (int s = 0; s < b->n_seqs; s++)
+        if (!sample[s])
+            return false;
+    return true;
+}
+
 int model_forward(struct cs_model *m, struct cs_state *st, const struct cs_batch *b,
                   const float *hidden_in, float *hidden_out, const bool *sample,
                   const struct cs_sample_params *params, struct cs_sample_result *results)
@@ -198,11 +254,16 @@ int model_forward(struct cs_model *m, struct cs_state *st, const struct cs_batch
         return CS_EINVAL;
     if (m && m->last_stage && sample && (!params || !results))
         return CS_EINVAL;
-    int rc = slice_forward(m, st, b, hidden_in);
+    int rc = slice_begin(m, st, b, hidden_in);
+    bool head = rc == CS_OK && head_in_body(m, st, b, sample);
+    if (rc == CS_OK)
+        rc = step_body(m, st, b, head ? STEP_LAYERS_HEAD : STEP_LAYERS);
     if (rc == CS_OK && hidden_out)
         rc = m->be->copy(m->be, hidden_out, st->hidden,
                          (size_t)b->n_tokens * (size_t)m->hp.n_embd * sizeof(float));
-    if (rc == CS_OK && m->last_stage && sample)
+    if (rc == CS_OK && head)
+        rc = m->be->sample(m->be, results, st->logits, m->hp.n_vocab, params, b->n_seqs);
+    else if (rc == CS_OK && m->last_stage && sample)
         rc = sample_last_tokens(m, st, b, sample, params, results);
     if (rc == CS_OK)
         rc = m->be->sync(m->be);
@@ -214,7 +275,9 @@ int model_forward_logits(struct cs_model *m, struct cs_state *st, const struct c
 {
     if (!m || !m->last_stage || !host_logits)
         return CS_EINVAL;
-    int rc = slice_forward(m, st, b, hidden_in);
+    int rc = slice_begin(m, st, b, hidden_in);
+    if (rc == CS_OK)
+        rc = step_body(m, st, b, STEP_LAYERS);
     size_t E = (size_t)m->hp.n_embd, V = (size_t)m->hp.n_vocab;
     for (int c = 0; c < b->n_tokens && rc == CS_OK; c += st->n_logit_rows) {
         int n = b->n_tokens - c < st->n_logit_rows ? b->n_tokens - c : st->n_logit_rows;

@@ -401,10 +401,21 @@ static cudaError_t gemv_launch_nt(const struct mm_parts &ps, int units, const fl
         warps = 8;   /* keep the scratch path under the default limit */
     smem = gemv_terms_bytes(NT, warps) + (XS ? gemv_xs_bytes(NT, n_in) : 0);
     if (smem > 48 * 1024) {
-        cudaError_t e = cudaFuncSetAttribute(gemv_q8_kernel<NT, GEMV_BPW(NT), XS>,
-                                             cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-        if (e != cudaSuccess)
-            return e;
+        /* once per kernel, device and size: the attribute is not a stream
+         * operation, and a decode step recorded as a CUDA graph (ops_cuda.cu)
+         * should launch only kernels */
+        static int raised[16];
+        int dev = 0;
+        cudaGetDevice(&dev);
+        if (dev < 0 || dev >= 16 || raised[dev] < (int)smem) {
+            cudaError_t e = cudaFuncSetAttribute(gemv_q8_kernel<NT, GEMV_BPW(NT), XS>,
+                                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                 (int)smem);
+            if (e != cudaSuccess)
+                return e;
+            if (dev >= 0 && dev < 16)
+                raised[dev] = (int)smem;
+        }
     }
     gemv_q8_kernel<NT, GEMV_BPW(NT), XS><<<units, warps * 32, smem, s>>>(ps, x, xq, xd, n_in, nb);
     return cudaGetLastError();

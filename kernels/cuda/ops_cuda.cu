@@ -5,6 +5,8 @@
  * matmul.h, owned by the matrix-kernel files.
  *
  * All ops run asynchronously on one compute stream; sync waits for it.
+ * Pure decode steps can be recorded as CUDA graphs and replayed (the
+ * graph_* hooks; section "decode steps as CUDA graphs" below).
  * Errors are logged once (CS_CUDA_CHECK) and returned as CS_ECUDA; nothing
  * here exits or aborts. */
 #include <stdio.h>
@@ -17,10 +19,33 @@
 
 /* ---- helpers shared by the op files ---- */
 
+/* Bumped whenever backend device memory is freed or a buffer moves; a graph
+ * recorded under an older value may hold a dead pointer. */
+static unsigned long long g_mem_gen = 1;
+/* The calling thread is recording a graph: no allocation, no synchronisation. */
+static __thread bool t_recording;
+
+unsigned long long cuda_mem_generation(void)
+{
+    return __atomic_load_n(&g_mem_gen, __ATOMIC_ACQUIRE);
+}
+
+void cuda_mem_generation_bump(void)
+{
+    __atomic_add_fetch(&g_mem_gen, 1, __ATOMIC_ACQ_REL);
+}
+
 int cuda_buffer_reserve(void **buf, size_t *cap, size_t bytes)
 {
     if (bytes <= *cap && *buf)
         return CS_OK;
+    if (t_recording) {
+        /* the warm-up step sizes buffers; growing now would stall a capture */
+        LOG_DEBUG("cuda", "buffer growth to %zu bytes while recording a graph: step runs eagerly",
+                  bytes);
+        return CS_EAGAIN;
+    }
+    cuda_mem_generation_bump();
     size_t want = bytes + bytes / 4 + 4096;
     if (*buf) {
         CS_CUDA_CHECK(cudaDeviceSynchronize());   /* queued kernels may still use it */
@@ -64,8 +89,10 @@ static int cu_alloc(struct cs_backend *be, void **ptr, size_t bytes)
 static void cu_free(struct cs_backend *be, void *ptr)
 {
     (void)be;
-    if (ptr)
+    if (ptr) {
+        cuda_mem_generation_bump();
         cudaFree(ptr);   /* synchronises the device; an error leaves nothing to do */
+    }
 }
 
 static int cu_upload(struct cs_backend *be, void *dst, const void *host_src, size_t bytes)
@@ -136,6 +163,7 @@ static int cu_weight_upload(struct cs_backend *be, struct cs_weight *w, uint32_t
 static void cu_weight_free(struct cs_backend *be, struct cs_weight *w)
 {
     (void)be;
+    cuda_mem_generation_bump();
     cuda_weight_free(w);
 }
 
@@ -243,6 +271,7 @@ static int cu_step_begin(struct cs_backend *be, const struct cs_batch *b)
     size_t bytes = l.n_int32 * sizeof(int32_t) + 16;
     CS_CUDA_CHECK(cudaEventSynchronize(c->stage_done));   /* the last upload left h_stage */
     if (bytes > c->stage_cap) {
+        cuda_mem_generation_bump();                       /* graphs read d_stage */
         CS_CUDA_CHECK(cudaStreamSynchronize(c->stream));  /* queued kernels read d_stage */
         if (c->h_stage)
             cudaFreeHost(c->h_stage);
@@ -286,6 +315,183 @@ static int cu_step_begin(struct cs_backend *be, const struct cs_batch *b)
     return CS_OK;
 }
 
+/* ---- decode steps as CUDA graphs ----
+ *
+ * A pure decode step (every sequence one token, at most CUDA_GRAPH_MAX_SEQS)
+ * launches the same kernels with the same arguments every time its key
+ * (owner, variant, n_seqs, max_pages, split bucket, batch buffer) is the
+ * same: step_begin puts the batch arrays at fixed offsets of d_stage, the
+ * model's buffers and weights do not move, and the attention decode grid is
+ * sized by a power-of-two bucket of splits, not by the current context
+ * (blocks past a sequence's length exit at once, the combine merges the
+ * same splits in the same order, so the bits equal the eager ones).
+ * Life of a key: first sight runs eagerly (warm-up: buffers reach their
+ * size) and is remembered; the next step with the same key is recorded by
+ * stream capture, instantiated and launched; later ones replay. A changed
+ * shape re-warms the key's entry; a bumped memory generation (free or
+ * buffer move) makes every entry stale. */
+
+/* Attention splits launched for a decode step whose longest context needs ms. */
+static int graph_split_bucket(int ms)
+{
+    int p = 1;
+    while (p < ms && p < (1 << 24))
+        p <<= 1;
+    return p;
+}
+
+static void graph_entry_reset(struct cuda_ctx *c, struct cuda_graph_entry *e)
+{
+    if (e->exec) {
+        cudaStreamSynchronize(c->stream);   /* a launch of it may be in flight */
+        cudaGraphExecDestroy(e->exec);
+    }
+    memset(e, 0, sizeof(*e));
+}
+
+static bool graph_entry_matches(const struct cuda_ctx *c, const struct cuda_graph_entry *e,
+                                const void *owner, uint32_t variant, unsigned long long gen)
+{
+    const struct cuda_batch *cb = &c->batch;
+    return e->state != CUDA_GRAPH_FREE && e->owner == owner && e->variant == variant &&
+           e->n_seqs == cb->n_seqs && e->max_pages == cb->max_pages &&
+           e->splits == cb->max_dec_splits && e->d_stage == c->d_stage && e->mem_gen == gen;
+}
+
+/* The entry of (owner, variant, n_seqs), else a free one, else the least
+ * recently used. */
+static int graph_entry_find(struct cuda_ctx *c, const void *owner, uint32_t variant)
+{
+    int free_i = -1, lru_i = 0;
+    for (int i = 0; i < CUDA_GRAPH_SLOTS; i++) {
+        struct cuda_graph_entry *e = &c->graphs[i];
+        if (e->state == CUDA_GRAPH_FREE) {
+            if (free_i < 0)
+                free_i = i;
+            continue;
+        }
+        if (e->owner == owner && e->variant == variant && e->n_seqs == c->batch.n_seqs)
+            return i;
+        if (e->last_use < c->graphs[lru_i].last_use)
+            lru_i = i;
+    }
+    return free_i >= 0 ? free_i : lru_i;
+}
+
+static bool graph_step_is_decode(const struct cuda_batch *cb)
+{
+    return cb->n_tokens > 0 && cb->n_tokens == cb->n_seqs && cb->n_dec == cb->n_seqs &&
+           cb->n_qtiles == 0 && cb->n_seqs <= CUDA_GRAPH_MAX_SEQS;
+}
+
+/* A recording that did not work: forget the entry; after repeated failures
+ * stop trying (graphs off, every step eager). */
+static void graph_record_failed(struct cuda_ctx *c, struct cuda_graph_entry *e, cudaError_t err)
+{
+    (void)cudaGetLastError();   /* clear a capture error so later checks do not see it */
+    graph_entry_reset(c, e);
+    c->graph_stats.failed++;
+    c->graph_stats.eager++;
+    if (c->graph_stats.failed >= 8 && !c->graphs_off) {
+        c->graphs_off = true;
+        LOG_WARN("cuda", "decode-step graphs off after %llu failed recordings",
+                 (unsigned long long)c->graph_stats.failed);
+    } else {
+        LOG_WARN("cuda", "decode-step graph not recorded (%s): the step runs eagerly",
+                 err == cudaSuccess ? "an op failed" : cudaGetErrorString(err));
+    }
+}
+
+static int cu_graph_begin(struct cs_backend *be, const void *owner, uint32_t variant)
+{
+    struct cuda_ctx *c = cuda_ctx_of(be);
+    struct cuda_batch *cb = &c->batch;
+    c->graph_cur = -1;
+    if (t_recording || !graph_step_is_decode(cb))
+        return CS_GRAPH_EAGER;
+    /* the same grid eager or recorded, so warm-up sizes the partial buffer */
+    cb->max_dec_splits = graph_split_bucket(cb->max_dec_splits);
+    if (c->graphs_off) {
+        c->graph_stats.eager++;
+        return CS_GRAPH_EAGER;
+    }
+    unsigned long long gen = cuda_mem_generation();
+    int i = graph_entry_find(c, owner, variant);
+    struct cuda_graph_entry *e = &c->graphs[i];
+    bool same = graph_entry_matches(c, e, owner, variant, gen);
+    e->last_use = ++c->graph_clock;
+    if (same && e->state == CUDA_GRAPH_READY) {
+        CS_CUDA_CHECK(cudaGraphLaunch(e->exec, c->stream));
+        c->graph_stats.replayed++;
+        return CS_GRAPH_REPLAYED;
+    }
+    if (same && e->state == CUDA_GRAPH_SEEN) {
+        cudaError_t err = cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal);
+        if (err != cudaSuccess) {
+            graph_record_failed(c, e, err);
+            return CS_GRAPH_EAGER;
+        }
+        t_recording = true;
+        c->graph_cur = i;
+        return CS_GRAPH_RECORD;
+    }
+    graph_entry_reset(c, e);
+    e->state = CUDA_GRAPH_SEEN;
+    e->owner = owner;
+    e->variant = variant;
+    e->n_seqs = cb->n_seqs;
+    e->max_pages = cb->max_pages;
+    e->splits = cb->max_dec_splits;
+    e->d_stage = c->d_stage;
+    e->mem_gen = gen;
+    e->last_use = ++c->graph_clock;
+    c->graph_stats.eager++;
+    return CS_GRAPH_EAGER;
+}
+
+static int cu_graph_end(struct cs_backend *be, bool ops_ok)
+{
+    struct cuda_ctx *c = cuda_ctx_of(be);
+    int i = c->graph_cur;
+    c->graph_cur = -1;
+    if (i < 0 || !t_recording)
+        return CS_EINVAL;
+    t_recording = false;
+    struct cuda_graph_entry *e = &c->graphs[i];
+    cudaGraph_t g = NULL;
+    cudaGraphExec_t exec = NULL;
+    cudaError_t err = cudaStreamEndCapture(c->stream, &g);
+    if (err == cudaSuccess && ops_ok && g)
+        err = cudaGraphInstantiateWithFlags(&exec, g, 0);
+    if (g)
+        cudaGraphDestroy(g);
+    if (err == cudaSuccess && exec)
+        err = cudaGraphLaunch(exec, c->stream);
+    if (err != cudaSuccess || !exec) {
+        if (exec)
+            cudaGraphExecDestroy(exec);
+        graph_record_failed(c, e, err);
+        return ops_ok ? CS_ECUDA : CS_EAGAIN;
+    }
+    e->exec = exec;
+    e->state = CUDA_GRAPH_READY;
+    c->graph_stats.recorded++;
+    LOG_DEBUG("cuda", "decode-step graph recorded: %d seqs, %d pages, %d splits, variant %u",
+              e->n_seqs, e->max_pages, e->splits, e->variant);
+    return CS_OK;
+}
+
+static void cu_graph_enable(struct cs_backend *be, bool on)
+{
+    cuda_ctx_of(be)->graphs_off = !on;
+}
+
+static void cu_graph_stats(struct cs_backend *be, struct cs_graph_stats *out)
+{
+    if (out)
+        *out = cuda_ctx_of(be)->graph_stats;
+}
+
 /* ---- lifecycle ---- */
 
 static void cu_destroy(struct cs_backend *be)
@@ -297,6 +503,9 @@ static void cu_destroy(struct cs_backend *be)
         cudaSetDevice(c->device);
         if (c->stream)
             cudaStreamSynchronize(c->stream);
+        for (int i = 0; i < CUDA_GRAPH_SLOTS; i++)
+            graph_entry_reset(c, &c->graphs[i]);
+        cuda_mem_generation_bump();
         cudaFree(c->attn_part);
         cudaFree(c->mm_scratch);
         cudaFree(c->d_sample);
@@ -339,6 +548,10 @@ static void table_fill(struct cs_backend *be)
     be->gdn = cuda_op_gdn;
     be->gated_rmsnorm = cuda_op_gated_rmsnorm;
     be->sample = cuda_op_sample;
+    be->graph_begin = cu_graph_begin;
+    be->graph_end = cu_graph_end;
+    be->graph_enable = cu_graph_enable;
+    be->graph_stats = cu_graph_stats;
     be->destroy = cu_destroy;
 }
 
@@ -351,6 +564,7 @@ static int ctx_init(struct cuda_ctx *c, int device)
         return CS_EINVAL;
     }
     c->device = device;
+    c->graph_cur = -1;
     CS_CUDA_CHECK(cudaSetDevice(device));
     CS_CUDA_CHECK(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
     CS_CUDA_CHECK(cudaEventCreateWithFlags(&c->stage_done, cudaEventDisableTiming));

@@ -33,6 +33,22 @@ struct cuda_batch {
     int max_dec_splits;         /* splits of the longest decode context */
 };
 
+/* One recorded decode step (ops_cuda.cu, "graphs"). The key is everything
+ * the recorded kernel arguments and grids depend on besides fixed buffers. */
+#define CUDA_GRAPH_SLOTS 48
+#define CUDA_GRAPH_MAX_SEQS 16      /* decode steps of more sequences run eagerly */
+enum cuda_graph_state { CUDA_GRAPH_FREE = 0, CUDA_GRAPH_SEEN, CUDA_GRAPH_READY };
+struct cuda_graph_entry {
+    enum cuda_graph_state state;
+    const void *owner;
+    uint32_t variant;
+    int n_seqs, max_pages, splits;  /* batch shape; splits: attention split bucket */
+    void *d_stage;                  /* batch arrays the kernels read */
+    unsigned long long mem_gen;     /* cuda_mem_generation() when seen/recorded */
+    cudaGraphExec_t exec;
+    unsigned long long last_use;
+};
+
 struct cuda_ctx {
     int device;
     cudaStream_t stream;
@@ -50,6 +66,12 @@ struct cuda_ctx {
     /* sampling buffers (grow as needed) */
     void *d_sample, *h_sample;
     size_t sample_cap;
+    /* decode-step graphs */
+    bool graphs_off;
+    struct cuda_graph_entry graphs[CUDA_GRAPH_SLOTS];
+    int graph_cur;                  /* entry of the current recording/replay, or -1 */
+    unsigned long long graph_clock;
+    struct cs_graph_stats graph_stats;
 };
 
 static inline struct cuda_ctx *cuda_ctx_of(struct cs_backend *be)
@@ -57,8 +79,14 @@ static inline struct cuda_ctx *cuda_ctx_of(struct cs_backend *be)
     return (struct cuda_ctx *)be->ctx;
 }
 
-/* Grow a device buffer to at least bytes (contents are not kept). */
+/* Grow a device buffer to at least bytes (contents are not kept). A move
+ * bumps cuda_mem_generation. */
 int cuda_buffer_reserve(void **buf, size_t *cap, size_t bytes);
+/* A process-wide counter bumped whenever backend device memory is freed or a
+ * backend buffer moves: recorded graphs of an older generation are stale. */
+unsigned long long cuda_mem_generation(void);
+void cuda_mem_generation_bump(void);
+
 /* Check that an op's batch is the one of the last step_begin. */
 int cuda_batch_check(struct cuda_ctx *c, const struct cs_batch *b, const char *op);
 
