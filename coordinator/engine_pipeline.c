@@ -58,9 +58,9 @@ static int ep_request_check(const struct ep_engine *e, const struct engine_reque
     if (sp->n_bias < 0 || sp->n_bias > MSG_MAX_BIAS || (sp->n_bias && (!sp->bias_ids || !sp->bias_vals)))
         return cs_error_set(err, CS_EINVAL, "%d logit bias entries (at most %d)", sp->n_bias,
                             MSG_MAX_BIAS);
-    if (sp->allowed)
-        return cs_error_set(err, CS_EUNSUPPORTED,
-                            "an allowed-token mask is not supported by the pipeline engine");
+    if (r->constraint && r->constraint_ops && (!r->constraint_ops->mask ||
+                                               !r->constraint_ops->advance))
+        return cs_error_set(err, CS_EINVAL, "a constraint needs mask and advance functions");
     if (sp->n_logprobs > CS_MAX_TOP_LOGPROBS)
         return cs_error_set(err, CS_EINVAL, "%d top logprobs requested (at most %d)",
                             sp->n_logprobs, CS_MAX_TOP_LOGPROBS);
@@ -91,7 +91,13 @@ static struct ep_req *ep_req_new(const struct ep_engine *e, const struct engine_
     r->stop_ids = dup_bytes(in->stop_ids, sizeof(int32_t) * (size_t)in->n_stop_ids, &fail);
     r->bias_ids = dup_bytes(sp->bias_ids, sizeof(int32_t) * (size_t)sp->n_bias, &fail);
     r->bias_vals = dup_bytes(sp->bias_vals, sizeof(float) * (size_t)sp->n_bias, &fail);
-    if (fail || !r->tokens || !r->pages) {
+    size_t mask_bytes = ((size_t)e->base.n_vocab + 7) / 8;
+    if (sp->allowed)
+        r->allowed = dup_bytes(sp->allowed, mask_bytes, &fail);
+    bool constrained = in->constraint && in->constraint_ops;
+    if (constrained || sp->allowed)
+        r->cmask = malloc(mask_bytes);
+    if (fail || !r->tokens || !r->pages || ((constrained || sp->allowed) && !r->cmask)) {
         ep_req_free(r);
         return NULL;
     }
@@ -106,7 +112,9 @@ static struct ep_req *ep_req_new(const struct ep_engine *e, const struct engine_
     r->sp = *sp;
     r->sp.bias_ids = r->bias_ids;
     r->sp.bias_vals = r->bias_vals;
-    r->sp.allowed = NULL;
+    r->sp.allowed = NULL;          /* sent per step as cmask */
+    r->cops = constrained ? in->constraint_ops : NULL;   /* owned from here: submit succeeds */
+    r->constraint = constrained ? in->constraint : NULL;
     return r;
 }
 

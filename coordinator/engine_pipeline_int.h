@@ -37,6 +37,13 @@ struct ep_req {
     int32_t *bias_ids;
     float *bias_vals;
     int32_t *stop_ids;                 /* NULL: the engine's defaults */
+    uint8_t *allowed;                  /* copy of sample.allowed (ceil(n_vocab/8) bytes) or NULL */
+    const struct engine_constraint_ops *cops; /* constrained decoding, or NULL */
+    void *constraint;                  /* owned: cops->free in ep_req_free */
+    uint8_t *cmask;                    /* the mask sent with this request's sampling step:
+                                        * computed when the step is built (mask, ANDed with
+                                        * allowed); advance runs when its STEP_DONE arrives,
+                                        * never for replayed positions */
     int n_stop;
     int32_t *tokens;                   /* prompt + generated: room for n_prompt + max_tokens */
     int n_prompt, n_ctx, n_gen, n_done, max_tokens;

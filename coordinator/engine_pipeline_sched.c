@@ -55,6 +55,10 @@ void ep_req_free(struct ep_req *r)
     free(r->bias_ids);
     free(r->bias_vals);
     free(r->stop_ids);
+    free(r->allowed);
+    free(r->cmask);
+    if (r->constraint && r->cops && r->cops->free)
+        r->cops->free(r->constraint);
     free(r->tokens);
     free(r->pages);
     free(r);
@@ -136,7 +140,32 @@ static float clampf(float v, float lo, float hi)
     return v < lo ? lo : v > hi ? hi : v;
 }
 
-static void seq_fill(struct msg_seq *q, const struct ep_req *r, const struct sched_entry *en)
+/* r->cmask for r's next token: the constraint's mask ANDed with the
+ * request's own allowed mask; a failing mask allows only the first stop id
+ * (the sequence ends). Runs once per sampling step, before the send. */
+static void seq_mask_fill(const struct ep_engine *e, struct ep_req *r)
+{
+    size_t bytes = ((size_t)e->base.n_vocab + 7) / 8;
+    int rc = CS_OK;
+    if (r->constraint)
+        rc = r->cops->mask(r->constraint, r->cmask, e->base.n_vocab);
+    else
+        memset(r->cmask, 0xff, bytes);
+    if (rc != CS_OK) {
+        int32_t stop = r->stop_ids ? r->stop_ids[0] : e->stop_default[0];
+        LOG_WARN("pipeline", "request %llu: constraint mask failed (%s), ending it",
+                 (unsigned long long)r->id, cs_strerror(rc));
+        memset(r->cmask, 0, bytes);
+        r->cmask[stop >> 3] = (uint8_t)(1u << (stop & 7));
+        return;
+    }
+    if (r->allowed)
+        for (size_t i = 0; i < bytes; i++)
+            r->cmask[i] &= r->allowed[i];
+}
+
+static void seq_fill(const struct ep_engine *e, struct msg_seq *q, struct ep_req *r,
+                     const struct sched_entry *en)
 {
     const struct cs_sample_params *sp = &r->sp;
     *q = (struct msg_seq){.seq_id = (int64_t)r->id, .slot = r->slot, .n_past = en->first,
@@ -166,6 +195,11 @@ static void seq_fill(struct msg_seq *q, const struct ep_req *r, const struct sch
     s->bias_ids = r->bias_ids;
     s->bias_vals = r->bias_vals;
     s->n_bias = r->sp.n_bias;
+    if (r->cmask) {
+        seq_mask_fill(e, r);
+        s->allowed = r->cmask;
+        s->n_allowed = (int32_t)(((size_t)e->base.n_vocab + 7) / 8);
+    }
 }
 
 static struct ep_step *step_free_entry(struct ep_engine *e)
@@ -204,7 +238,7 @@ static bool sched_step_send(struct ep_engine *e)
         bool replay = e->ent[k].first < r->replay_to;
         if (replay)
             e->ent[k].sample = false;   /* replayed positions: no new token */
-        seq_fill(&e->mseq[k], r, &e->ent[k]);
+        seq_fill(e, &e->mseq[k], r, &e->ent[k]);
         n_tok += e->ent[k].n;
         st->reqs[k] = r;
         st->n_tok[k] = e->ent[k].n;
@@ -304,6 +338,9 @@ static void seq_sampled(struct ep_engine *e, struct ep_req *r, const struct cs_s
         ep_req_finish(e, r, ENGINE_FINISH_STOP, CS_OK, NULL);
         return;
     }
+    if (r->constraint && r->cops->advance(r->constraint, res->token) != CS_OK)
+        LOG_DEBUG("pipeline", "request %llu: token %d breaks its constraint",
+                  (unsigned long long)r->id, (int)res->token);
     r->tokens[r->n_ctx++] = res->token;
     r->n_gen++;
     e->gen_tokens_total++;

@@ -14,7 +14,8 @@
  *     seq      [seq_id, slot, n_past, n_tokens, flags, snapshot_slot, tokens bin, pages bin,
  *               sample | nil]
  *     sample   [temperature, top_k, top_p, min_p, presence, frequency, repetition, seed, draw,
- *               n_logprobs, gen bin, ctx bin, bias_ids bin, bias_vals bin, constraint]
+ *               n_logprobs, gen bin, ctx bin, bias_ids bin, bias_vals bin, allowed bin
+ *               (bytes; empty: no mask)]
  *     timing   [stage, compute_us, copy_us]
  *   STEP_DONE  [[sampled...], [timing...]]
  *     sampled  [seq_id, token, logprob, top_ids bin, top_logprobs bin]
@@ -210,9 +211,10 @@ static int validate_sample(const struct msg_sample *p, struct cs_error *err)
     for (int32_t i = 0; i < p->n_bias; i++)
         if (!isfinite(p->bias_vals[i]))
             return cs_error_set(err, CS_EPROTO, "bias_vals[%d] is not finite", i);
-    if (p->constraint != 0)
-        return cs_error_set(err, CS_EPROTO, "constraint %u: constrained decoding is not part of "
-                            "protocol version %d", p->constraint, CS_PROTO_VERSION);
+    if ((rc = range(err, "allowed bytes", p->n_allowed, 0, MSG_MAX_ALLOWED_BYTES)))
+        return rc;
+    if (p->n_allowed > 0 && !p->allowed)
+        return cs_error_set(err, CS_EPROTO, "allowed: %d bytes but no array", p->n_allowed);
     return CS_OK;
 }
 
@@ -448,7 +450,8 @@ static int pack_sample(msgpack_packer *pk, const struct msg_sample *p)
            pack_words(pk, p->gen_tokens, p->n_gen_tokens) |
            pack_words(pk, p->ctx_tokens, p->n_ctx_tokens) |
            pack_words(pk, p->bias_ids, p->n_bias) | pack_words(pk, p->bias_vals, p->n_bias) |
-           msgpack_pack_uint32(pk, p->constraint);
+           msgpack_pack_bin(pk, (size_t)p->n_allowed) |
+           (p->n_allowed ? msgpack_pack_bin_body(pk, p->allowed, (size_t)p->n_allowed) : 0);
 }
 
 static int pack_step(msgpack_packer *pk, const struct msg_step *b)
@@ -581,7 +584,7 @@ static void batch_fill_params(struct cs_sample_params *p, const struct msg_sampl
     p->bias_ids = s->bias_ids;
     p->bias_vals = s->bias_vals;
     p->n_bias = s->n_bias;
-    p->allowed = NULL;
+    p->allowed = s->n_allowed > 0 ? s->allowed : NULL;
 }
 
 int msg_step_to_batch(struct msg_batch *out, const struct msg_step *step, int page_size,

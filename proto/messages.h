@@ -12,7 +12,8 @@
  * lists them). Integer arrays (token ids, page tables, top ids) and float
  * arrays (bias values, top logprobs) travel as msgpack bin of little-endian
  * 32-bit values, so a long penalty list costs 4 bytes a token. Floats are
- * float32. Strings never contain NUL bytes.
+ * float32. Strings never contain NUL bytes. Byte arrays (the allowed-token
+ * mask) travel as msgpack bin as they are.
  *
  * Decoding is strict: types, array lengths, string lengths, ranges and the
  * consistency of counts (the token counts of a step sum to its n_tokens, a
@@ -42,7 +43,7 @@
 extern "C" {
 #endif
 
-#define CS_PROTO_VERSION 1
+#define CS_PROTO_VERSION 2
 
 /* ---- limits (a message beyond any of them is refused) ---- */
 #define MSG_MAX_BYTES (64u << 20)        /* one encoded message */
@@ -59,6 +60,7 @@ extern "C" {
 #define MSG_MAX_PATH 4096                /* model path */
 #define MSG_MAX_CONFIG (1 << 20)         /* config JSON */
 #define MSG_MAX_TEXT 4096                /* error messages */
+#define MSG_MAX_ALLOWED_BYTES (1 << 20)  /* allowed-token mask of one sequence (8M ids) */
 
 enum msg_type {
     MSG_HELLO = 1,      /* worker -> coord: who I am, what I have */
@@ -147,8 +149,11 @@ struct msg_sample {
     int32_t *bias_ids;              /* [n_bias] */
     float *bias_vals;               /* [n_bias], finite */
     int32_t n_bias;
-    uint32_t constraint;            /* placeholder for constrained decoding (an allowed-token
-                                     * mask or grammar id); must be 0 in version 1 */
+    uint8_t *allowed;               /* [n_allowed] allowed-token bitmask (bit t & 7 of byte
+                                     * t >> 3: id t may be sampled), constrained decoding;
+                                     * NULL with n_allowed 0: every id (version 2) */
+    int32_t n_allowed;              /* 0 or bytes, <= MSG_MAX_ALLOWED_BYTES; the last stage
+                                     * checks it equals ceil(n_vocab / 8) */
 };
 
 struct msg_seq {

@@ -249,6 +249,27 @@ static int get_words(struct dec *d, const msgpack_object *o, const char *what, i
     return CS_OK;
 }
 
+/* A bin of raw bytes (at most max_n); an empty bin gives NULL and 0. */
+static int get_bytes(struct dec *d, const msgpack_object *o, const char *what, int32_t max_n,
+                     uint8_t **out, int32_t *n_out)
+{
+    if (o->type != MSGPACK_OBJECT_BIN)
+        return bad(d, what, "a bin of bytes");
+    size_t bytes = o->via.bin.size;
+    if (bytes > (size_t)max_n)
+        return cs_error_set(d->err, CS_EPROTO, "%s: %zu bytes, limit %d", what, bytes, max_n);
+    uint8_t *b = NULL;
+    if (bytes) {
+        b = mem_alloc(d->m, bytes);
+        if (!b)
+            return cs_error_set(d->err, CS_ENOMEM, "%s: out of memory", what);
+        memcpy(b, o->via.bin.ptr, bytes);
+    }
+    *out = b;
+    *n_out = (int32_t)bytes;
+    return CS_OK;
+}
+
 static int get_i32s(struct dec *d, const msgpack_object *o, const char *what, int32_t max_n,
                     int32_t **out, int32_t *n_out)
 {
@@ -371,7 +392,8 @@ static int dec_sample(struct dec *d, const msgpack_object *o, struct msg_sample 
                        &p->n_ctx_tokens)) ||
         (rc = get_i32s(d, &f[12], "bias_ids", MSG_MAX_BIAS, &p->bias_ids, &p->n_bias)) ||
         (rc = get_f32s(d, &f[13], "bias_vals", MSG_MAX_BIAS, &p->bias_vals, &n_vals)) ||
-        (rc = get_u32(d, &f[14], "constraint", &p->constraint)))
+        (rc = get_bytes(d, &f[14], "allowed", MSG_MAX_ALLOWED_BYTES, &p->allowed,
+                        &p->n_allowed)))
         return rc;
     if (n_vals != p->n_bias)
         return cs_error_set(d->err, CS_EPROTO, "%d bias_ids but %d bias_vals", p->n_bias, n_vals);

@@ -1,7 +1,9 @@
 /* worker_step.c - one step on one stage (worker.h): read the incoming edge
  * slot (stage > 0), run the slice, then either write the outgoing edge slot
  * and forward the step descriptor downstream, or (last stage) answer
- * STEP_DONE with the sampled tokens and every stage's timing. */
+ * STEP_DONE with the sampled tokens and every stage's timing. A sampled
+ * sequence's allowed-token mask (constrained decoding) is checked against
+ * the vocabulary and handed to the sampler as cs_sample_params.allowed. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -152,6 +154,20 @@ static int step_snapshots(struct worker *w, const struct msg_step *s, struct cs_
     return CS_OK;
 }
 
+/* Allowed-token masks (constrained decoding) must cover exactly this
+ * model's vocabulary: ceil(n_vocab / 8) bytes, or be absent. */
+static int step_masks_check(const struct worker *w, const struct msg_step *s, struct cs_error *err)
+{
+    int32_t want = (w->m.hp.n_vocab + 7) / 8;
+    for (int k = 0; k < s->n_seqs; k++) {
+        const struct msg_seq *q = &s->seqs[k];
+        if ((q->flags & MSG_SEQ_SAMPLE) && q->sample.n_allowed != 0 && q->sample.n_allowed != want)
+            return cs_error_set(err, CS_EPROTO, "seq %d: allowed mask of %d bytes, the vocabulary "
+                                "of %d ids needs %d", k, q->sample.n_allowed, w->m.hp.n_vocab, want);
+    }
+    return CS_OK;
+}
+
 static int step_execute(struct worker *w, struct msg *m, struct cs_error *err)
 {
     const struct msg_step *s = &m->u.step;
@@ -162,8 +178,8 @@ static int step_execute(struct worker *w, struct msg *m, struct cs_error *err)
     if (first != (s->edge_slot < 0))
         return cs_error_set(err, CS_EPROTO, "edge_slot %d on stage %d", s->edge_slot, w->stage);
     struct msg_batch mb;
-    int rc = msg_step_to_batch(&mb, s, w->page_size, err);
-    if (rc)
+    int rc = step_masks_check(w, s, err);
+    if (rc || (rc = msg_step_to_batch(&mb, s, w->page_size, err)))
         return rc;
     uint64_t t0 = now_us();
     if (!first)

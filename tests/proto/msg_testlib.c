@@ -163,7 +163,11 @@ static void rnd_sample(struct rnd *r, struct msg_sample *p, int size)
     p->bias_vals = p->n_bias ? rnd_alloc(r, (size_t)p->n_bias * 4) : NULL;
     for (int32_t i = 0; i < p->n_bias; i++)
         p->bias_vals[i] = rnd_float(r, -100.0f, 100.0f);
-    p->constraint = 0;
+    /* an allowed-token mask on about half the samples (sizes up to a real vocab's) */
+    p->n_allowed = rnd_range(r, 0, 1) ? (int32_t)rnd_range(r, 1, 64 + 4000 * size) : 0;
+    p->allowed = p->n_allowed ? rnd_alloc(r, (size_t)p->n_allowed) : NULL;
+    for (int32_t i = 0; i < p->n_allowed; i++)
+        p->allowed[i] = (uint8_t)rnd_u64(r);
 }
 
 static struct msg_timing *rnd_timings(struct rnd *r, int32_t *n)
@@ -328,7 +332,11 @@ static bool eq_sample(const struct msg_sample *a, const struct msg_sample *b, co
     SAME(n_bias);
     SAME_WORDS(bias_ids, n_bias);
     SAME_WORDS(bias_vals, n_bias);
-    SAME(constraint);
+    SAME(n_allowed);
+    if (a->n_allowed && memcmp(a->allowed, b->allowed, (size_t)a->n_allowed) != 0) {
+        *what = "allowed";
+        return false;
+    }
     return true;
 }
 

@@ -190,7 +190,7 @@ static void test_messages_version(void)
     CHECK(strstr(err.msg, "protocol version 9") != NULL);
     /* a hello whose body version disagrees with its header */
     rnd_msg(&r, &a, MSG_HELLO, 0);
-    a.u.hello.proto_version = 2;
+    a.u.hello.proto_version = CS_PROTO_VERSION + 1;
     CHECK_EQ_INT(msg_encode(&a, &buf, &n, &err), CS_EPROTO);
     CHECK(strstr(err.msg, "proto_version") != NULL);
     rnd_release(&r);
@@ -355,10 +355,28 @@ static void test_messages_consistency(void)
     CHECK_EQ_INT(msg_encode(&a, &buf, &n, &err), CS_EPROTO);
     CHECK(strstr(err.msg, "step: seq 0: sample: temperature nan") != NULL);
     a.u.step.seqs[0].sample.temperature = 0.5f;
-    a.u.step.seqs[0].sample.constraint = 3;
+    a.u.step.seqs[0].sample.n_allowed = 3; /* a length without a mask */
     CHECK_EQ_INT(msg_encode(&a, &buf, &n, &err), CS_EPROTO);
-    CHECK(strstr(err.msg, "constrained decoding") != NULL);
-    a.u.step.seqs[0].sample.constraint = 0;
+    CHECK(strstr(err.msg, "allowed: 3 bytes but no array") != NULL);
+    a.u.step.seqs[0].sample.n_allowed = MSG_MAX_ALLOWED_BYTES + 1;
+    CHECK_EQ_INT(msg_encode(&a, &buf, &n, &err), CS_EPROTO);
+    CHECK(strstr(err.msg, "allowed bytes") != NULL);
+    uint8_t mask[3] = {0x01, 0x80, 0x5a};
+    a.u.step.seqs[0].sample.allowed = mask;
+    a.u.step.seqs[0].sample.n_allowed = 3;
+    CHECK_EQ_INT(msg_encode(&a, &buf, &n, &err), CS_OK);
+    struct msg back;
+    CHECK_EQ_INT(msg_decode(&back, buf, n, &err), CS_OK);
+    CHECK_EQ_INT(back.u.step.seqs[0].sample.n_allowed, 3);
+    CHECK(memcmp(back.u.step.seqs[0].sample.allowed, mask, 3) == 0);
+    struct msg_batch mb;
+    CHECK_EQ_INT(msg_step_to_batch(&mb, &back.u.step, 0, &err), CS_OK);
+    CHECK(mb.params[0].allowed == back.u.step.seqs[0].sample.allowed);
+    msg_batch_free(&mb);
+    msg_free(&back);
+    free(buf);
+    a.u.step.seqs[0].sample.allowed = NULL;
+    a.u.step.seqs[0].sample.n_allowed = 0;
     CHECK_EQ_INT(msg_encode(&a, &buf, &n, &err), CS_OK);
     free(buf);
     a.u.step.seqs[0].flags = 0xff;
