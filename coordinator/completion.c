@@ -759,6 +759,10 @@ static int submit_choice(struct completion *c, struct choice *ch, int max_tokens
     } else if (rc == CS_ERANGE) {
         oai_error_set(e, 400, "invalid_request_error", "messages", "%s", err.msg);
         snprintf(e->code, sizeof e->code, "context_length_exceeded");
+    } else if (rc == CS_EINVAL || rc == CS_EUNSUPPORTED) {
+        /* the engine refused the request itself (a parameter it cannot honour) */
+        oai_error_set(e, 400, "invalid_request_error", NULL, "%s",
+                      err.msg[0] ? err.msg : cs_strerror(rc));
     } else {
         oai_error_set(e, 500, "server_error", NULL, "cannot start generation: %s",
                       err.msg[0] ? err.msg : cs_strerror(rc));

@@ -46,11 +46,11 @@ enum engine_finish {
  * allowed next, and samples only among those (and sample.allowed when that
  * is set too); after every sampled token that is not a stop id it calls
  * advance(c, token). A failing mask makes the engine allow only the
- * request's first stop id (the sequence ends). Both run on the engine's own
- * thread, one call at a time for a request, never on the loop thread; an
- * engine that computes them elsewhere (the pipeline engine's scheduler
- * thread) keeps the same order: mask for step k, then advance with the
- * token of step k. Ownership: on a successful engine_submit the engine owns
+ * request's first stop id (the sequence ends). Both are called one at a time
+ * for a request, on the thread that schedules steps: the in-process engine's
+ * own thread, or the loop thread for the pipeline engine (which sends the
+ * mask in STEP); either keeps the order mask for step k, then advance with
+ * the token of step k. Ownership: on a successful engine_submit the engine owns
  * c and calls free(c) once when the request ends (after its last mask or
  * advance); on a failed submit the caller keeps it. */
 struct engine_constraint_ops {
