@@ -21,6 +21,7 @@
 #define CS_ENGINE_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "../common/config.h"
@@ -115,6 +116,15 @@ static inline int engine_submit(struct engine *e, const struct engine_request *r
 }
 static inline int engine_cancel(struct engine *e, uint64_t id) { return e->ops->cancel(e, id); }
 static inline void engine_stats(struct engine *e, struct engine_stats *out) { e->ops->stats(e, out); }
+
+/* Checks every engine applies at submit (engine_request.c): callbacks, prompt
+ * ids in [0, n_vocab), prompt + max_tokens <= ctx_size (CS_ERANGE, message with
+ * the numbers), list sizes within the engine's limits, a non-empty allowed
+ * mask, complete constraint ops, at most CS_MAX_TOP_LOGPROBS logprobs. */
+int engine_request_check(const struct engine_request *r, int n_vocab, int ctx_size,
+                         int max_stop_ids, int max_bias, struct cs_error *err);
+/* malloc'd copy of bytes (NULL when bytes is 0); sets *fail on ENOMEM. */
+void *engine_dup_bytes(const void *src, size_t bytes, bool *fail);
 
 /* The in-process engine (engine_local.c): loads cfg->model on cfg->gpus
  * ("cpu" or one device index) and runs it on a background thread; callbacks

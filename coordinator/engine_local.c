@@ -82,63 +82,11 @@ static void el_on_async(uv_async_t *h)
 
 /* Does the mask allow any id below n_vocab? (An empty one would fail the
  * sampler, and with it every sequence of the step.) */
-static bool el_mask_any(const uint8_t *mask, int n_vocab)
-{
-    for (int i = 0; i < n_vocab / 8; i++)
-        if (mask[i])
-            return true;
-    for (int i = n_vocab / 8 * 8; i < n_vocab; i++)
-        if ((mask[i >> 3] >> (i & 7)) & 1)
-            return true;
-    return false;
-}
-
 static int el_request_check(const struct el_engine *e, const struct engine_request *r,
                             struct cs_error *err)
 {
-    if (!r || !r->on_done || !r->prompt)
-        return cs_error_set(err, CS_EINVAL, "a request needs a prompt and a done callback");
-    if (r->n_prompt < 1)
-        return cs_error_set(err, CS_EINVAL, "the prompt is empty");
-    if (r->max_tokens < 1)
-        return cs_error_set(err, CS_EINVAL, "max_tokens must be at least 1 (got %d)",
-                            r->max_tokens);
-    if ((long)r->n_prompt + r->max_tokens > e->base.ctx_size)
-        return cs_error_set(err, CS_ERANGE,
-                            "the prompt (%d tokens) plus max_tokens (%d) is %ld tokens, more than "
-                            "the context size of %d tokens",
-                            r->n_prompt, r->max_tokens, (long)r->n_prompt + r->max_tokens,
-                            e->base.ctx_size);
-    for (int i = 0; i < r->n_prompt; i++)
-        if (r->prompt[i] < 0 || r->prompt[i] >= e->base.n_vocab)
-            return cs_error_set(err, CS_EINVAL, "prompt token %d is %d, outside [0, %d)", i,
-                                (int)r->prompt[i], e->base.n_vocab);
-    if (r->n_stop_ids < 0 || r->n_stop_ids > EL_MAX_STOP_IDS || (r->n_stop_ids && !r->stop_ids))
-        return cs_error_set(err, CS_EINVAL, "%d stop ids (at most %d)", r->n_stop_ids,
-                            EL_MAX_STOP_IDS);
-    const struct cs_sample_params *sp = &r->sample;
-    if (sp->n_bias < 0 || sp->n_bias > EL_MAX_BIAS ||
-        (sp->n_bias && (!sp->bias_ids || !sp->bias_vals)))
-        return cs_error_set(err, CS_EINVAL, "%d logit bias entries (at most %d)", sp->n_bias,
-                            EL_MAX_BIAS);
-    if (sp->allowed && !el_mask_any(sp->allowed, e->base.n_vocab))
-        return cs_error_set(err, CS_EINVAL, "the allowed-token mask allows no token");
-    if (sp->n_logprobs > CS_MAX_TOP_LOGPROBS)
-        return cs_error_set(err, CS_EINVAL, "%d top logprobs requested (at most %d)",
-                            sp->n_logprobs, CS_MAX_TOP_LOGPROBS);
-    return CS_OK;
-}
-
-static void *el_dup(const void *src, size_t bytes, bool *fail)
-{
-    if (!bytes)
-        return NULL;
-    void *p = malloc(bytes);
-    if (!p)
-        *fail = true;
-    else
-        memcpy(p, src, bytes);
-    return p;
+    return engine_request_check(r, e->base.n_vocab, e->base.ctx_size, EL_MAX_STOP_IDS,
+                                EL_MAX_BIAS, err);
 }
 
 /* A request with private copies of everything it points at; NULL on ENOMEM. */
@@ -151,11 +99,11 @@ static struct el_req *el_req_new(const struct el_engine *e, const struct engine_
     const struct cs_sample_params *sp = &in->sample;
     r->tokens = malloc(sizeof(int32_t) * ((size_t)in->n_prompt + (size_t)in->max_tokens));
     r->pages = malloc(sizeof(int32_t) * (size_t)e->max_pages);
-    r->stop_ids = el_dup(in->stop_ids, sizeof(int32_t) * (size_t)in->n_stop_ids, &fail);
-    r->bias_ids = el_dup(sp->bias_ids, sizeof(int32_t) * (size_t)sp->n_bias, &fail);
-    r->bias_vals = el_dup(sp->bias_vals, sizeof(float) * (size_t)sp->n_bias, &fail);
+    r->stop_ids = engine_dup_bytes(in->stop_ids, sizeof(int32_t) * (size_t)in->n_stop_ids, &fail);
+    r->bias_ids = engine_dup_bytes(sp->bias_ids, sizeof(int32_t) * (size_t)sp->n_bias, &fail);
+    r->bias_vals = engine_dup_bytes(sp->bias_vals, sizeof(float) * (size_t)sp->n_bias, &fail);
     if (sp->allowed)
-        r->allowed = el_dup(sp->allowed, ((size_t)e->base.n_vocab + 7) / 8, &fail);
+        r->allowed = engine_dup_bytes(sp->allowed, ((size_t)e->base.n_vocab + 7) / 8, &fail);
     if (in->constraint && in->constraint_ops)
         r->cmask = malloc(((size_t)e->base.n_vocab + 7) / 8);
     if (fail || !r->tokens || !r->pages || (in->constraint && in->constraint_ops && !r->cmask)) {

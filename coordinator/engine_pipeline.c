@@ -36,47 +36,8 @@ bool engine_pipeline_wanted(const struct cs_config *cfg)
 static int ep_request_check(const struct ep_engine *e, const struct engine_request *r,
                             struct cs_error *err)
 {
-    if (!r || !r->on_done || !r->prompt || r->n_prompt < 1)
-        return cs_error_set(err, CS_EINVAL, "a request needs a prompt and a done callback");
-    if (r->max_tokens < 1)
-        return cs_error_set(err, CS_EINVAL, "max_tokens must be at least 1 (got %d)",
-                            r->max_tokens);
-    if ((long)r->n_prompt + r->max_tokens > e->base.ctx_size)
-        return cs_error_set(err, CS_ERANGE,
-                            "the prompt (%d tokens) plus max_tokens (%d) is %ld tokens, more than "
-                            "the context size of %d tokens",
-                            r->n_prompt, r->max_tokens, (long)r->n_prompt + r->max_tokens,
-                            e->base.ctx_size);
-    for (int i = 0; i < r->n_prompt; i++)
-        if (r->prompt[i] < 0 || r->prompt[i] >= e->base.n_vocab)
-            return cs_error_set(err, CS_EINVAL, "prompt token %d is %d, outside [0, %d)", i,
-                                (int)r->prompt[i], e->base.n_vocab);
-    if (r->n_stop_ids < 0 || r->n_stop_ids > EP_MAX_STOP_IDS || (r->n_stop_ids && !r->stop_ids))
-        return cs_error_set(err, CS_EINVAL, "%d stop ids (at most %d)", r->n_stop_ids,
-                            EP_MAX_STOP_IDS);
-    const struct cs_sample_params *sp = &r->sample;
-    if (sp->n_bias < 0 || sp->n_bias > MSG_MAX_BIAS || (sp->n_bias && (!sp->bias_ids || !sp->bias_vals)))
-        return cs_error_set(err, CS_EINVAL, "%d logit bias entries (at most %d)", sp->n_bias,
-                            MSG_MAX_BIAS);
-    if (r->constraint && r->constraint_ops && (!r->constraint_ops->mask ||
-                                               !r->constraint_ops->advance))
-        return cs_error_set(err, CS_EINVAL, "a constraint needs mask and advance functions");
-    if (sp->n_logprobs > CS_MAX_TOP_LOGPROBS)
-        return cs_error_set(err, CS_EINVAL, "%d top logprobs requested (at most %d)",
-                            sp->n_logprobs, CS_MAX_TOP_LOGPROBS);
-    return CS_OK;
-}
-
-static void *dup_bytes(const void *src, size_t bytes, bool *fail)
-{
-    if (!bytes)
-        return NULL;
-    void *p = malloc(bytes);
-    if (!p)
-        *fail = true;
-    else
-        memcpy(p, src, bytes);
-    return p;
+    return engine_request_check(r, e->base.n_vocab, e->base.ctx_size, EP_MAX_STOP_IDS,
+                                MSG_MAX_BIAS, err);
 }
 
 static struct ep_req *ep_req_new(const struct ep_engine *e, const struct engine_request *in)
@@ -88,12 +49,12 @@ static struct ep_req *ep_req_new(const struct ep_engine *e, const struct engine_
     const struct cs_sample_params *sp = &in->sample;
     r->tokens = malloc(sizeof(int32_t) * ((size_t)in->n_prompt + (size_t)in->max_tokens));
     r->pages = malloc(sizeof(int32_t) * (size_t)e->max_pages);
-    r->stop_ids = dup_bytes(in->stop_ids, sizeof(int32_t) * (size_t)in->n_stop_ids, &fail);
-    r->bias_ids = dup_bytes(sp->bias_ids, sizeof(int32_t) * (size_t)sp->n_bias, &fail);
-    r->bias_vals = dup_bytes(sp->bias_vals, sizeof(float) * (size_t)sp->n_bias, &fail);
+    r->stop_ids = engine_dup_bytes(in->stop_ids, sizeof(int32_t) * (size_t)in->n_stop_ids, &fail);
+    r->bias_ids = engine_dup_bytes(sp->bias_ids, sizeof(int32_t) * (size_t)sp->n_bias, &fail);
+    r->bias_vals = engine_dup_bytes(sp->bias_vals, sizeof(float) * (size_t)sp->n_bias, &fail);
     size_t mask_bytes = ((size_t)e->base.n_vocab + 7) / 8;
     if (sp->allowed)
-        r->allowed = dup_bytes(sp->allowed, mask_bytes, &fail);
+        r->allowed = engine_dup_bytes(sp->allowed, mask_bytes, &fail);
     bool constrained = in->constraint && in->constraint_ops;
     if (constrained || sp->allowed)
         r->cmask = malloc(mask_bytes);
