@@ -80,8 +80,7 @@ static void el_on_async(uv_async_t *h)
 
 /* ---- the engine_ops (loop thread) ---- */
 
-/* Does the mask allow any id below n_vocab? (An empty one would fail the
- * sampler, and with it every sequence of the step.) */
+/* The shared submit checks (engine_request.c) with this engine's limits. */
 static int el_request_check(const struct el_engine *e, const struct engine_request *r,
                             struct cs_error *err)
 {
