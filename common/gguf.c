@@ -3,7 +3,8 @@
  * Owns: parsing and validating the header, metadata (every value type,
  * arrays of arrays up to GGUF_MAX_NEST deep), tensor infos and the data
  * section; name lookup (open-addressing hash tables over keys and tensor
- * names); typed getters; ggml type sizes. The writer lives in gguf_write.c.
+ * names); ggml type sizes. Typed getters live in gguf_get.c, the writer in
+ * gguf_write.c.
  *
  * Invariants: every read goes through a cursor that checks the bytes left
  * before touching them, with overflow-safe arithmetic; counts read from the
@@ -23,6 +24,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "gguf_int.h"
 #include "log.h"
 
 #define GGUF_MAX_NEST 8 /* arrays of arrays nested deeper than this are refused */
@@ -55,7 +57,7 @@ static const struct ggml_type_info *ggml_type_get(uint32_t t)
     return &ggml_types[t];
 }
 
-static const uint8_t meta_scalar_size[GGUF_TYPE_COUNT] = {
+const uint8_t gguf__meta_scalar_size[GGUF_TYPE_COUNT] = {
     [GGUF_TYPE_UINT8] = 1,   [GGUF_TYPE_INT8] = 1,    [GGUF_TYPE_UINT16] = 2,
     [GGUF_TYPE_INT16] = 2,   [GGUF_TYPE_UINT32] = 4,  [GGUF_TYPE_INT32] = 4,
     [GGUF_TYPE_FLOAT32] = 4, [GGUF_TYPE_BOOL] = 1,    [GGUF_TYPE_UINT64] = 8,
@@ -67,24 +69,24 @@ static const char *const meta_type_names[GGUF_TYPE_COUNT] = {
     "bool", "string", "array", "uint64", "int64", "float64",
 };
 
-static const char *meta_type_name(uint32_t t)
+const char *gguf__meta_type_name(uint32_t t)
 {
     return t < GGUF_TYPE_COUNT ? meta_type_names[t] : "unknown";
 }
 
-static bool type_is_uint(uint32_t t)
+bool gguf__type_is_uint(uint32_t t)
 {
     return t == GGUF_TYPE_UINT8 || t == GGUF_TYPE_UINT16 || t == GGUF_TYPE_UINT32 ||
            t == GGUF_TYPE_UINT64;
 }
 
-static bool type_is_sint(uint32_t t)
+bool gguf__type_is_sint(uint32_t t)
 {
     return t == GGUF_TYPE_INT8 || t == GGUF_TYPE_INT16 || t == GGUF_TYPE_INT32 ||
            t == GGUF_TYPE_INT64;
 }
 
-static bool type_is_float(uint32_t t)
+bool gguf__type_is_float(uint32_t t)
 {
     return t == GGUF_TYPE_FLOAT32 || t == GGUF_TYPE_FLOAT64;
 }
@@ -277,7 +279,7 @@ static int show_len(uint64_t len)
 /* ---- metadata values ---- */
 
 /* Decode one scalar of type t at p into kv->val (widened). */
-static void scalar_decode(const uint8_t *p, uint32_t t, struct gguf_kv *kv)
+void gguf__scalar_decode(const uint8_t *p, uint32_t t, struct gguf_kv *kv)
 {
     uint8_t u8; int8_t i8; uint16_t u16; int16_t i16; uint32_t u32; int32_t i32;
     float f32;
@@ -359,7 +361,7 @@ static int parse_array(struct cursor *c, struct gguf_kv *kv, int depth)
     } else if (et == GGUF_TYPE_ARRAY) {
         rc = parse_nested_elems(c, kv, depth);
     } else {
-        uint64_t sz = meta_scalar_size[et];
+        uint64_t sz = gguf__meta_scalar_size[et];
         const uint8_t *p = NULL;
         if (n > (c->size - c->pos) / sz)
             return cur_truncated(c, n);
@@ -379,9 +381,9 @@ static int parse_value(struct cursor *c, struct gguf_kv *kv)
     case GGUF_TYPE_ARRAY:
         return parse_array(c, kv, 0);
     default:
-        rc = cur_take(c, meta_scalar_size[kv->type], &p);
+        rc = cur_take(c, gguf__meta_scalar_size[kv->type], &p);
         if (rc == CS_OK)
-            scalar_decode(p, kv->type, kv);
+            gguf__scalar_decode(p, kv->type, kv);
         return rc;
     }
 }
@@ -461,13 +463,13 @@ static int read_alignment(struct cursor *c, struct gguf_file *f)
     const struct gguf_kv *kv = gguf_find_kv(f, "general.alignment");
     if (!kv)
         return CS_OK;
-    if (type_is_uint(kv->type))
+    if (gguf__type_is_uint(kv->type))
         f->alignment = kv->val.u64;
-    else if (type_is_sint(kv->type) && kv->val.i64 > 0)
+    else if (gguf__type_is_sint(kv->type) && kv->val.i64 > 0)
         f->alignment = (uint64_t)kv->val.i64;
-    else if (!type_is_sint(kv->type))
+    else if (!gguf__type_is_sint(kv->type))
         return cs_error_set(c->err, CS_EFORMAT, "%s: general.alignment has type %s, expected an integer",
-                            c->name, meta_type_name(kv->type));
+                            c->name, gguf__meta_type_name(kv->type));
     else
         f->alignment = 0;
     if (f->alignment == 0 || (f->alignment & (f->alignment - 1)))
@@ -690,176 +692,3 @@ const struct gguf_tensor *gguf_find_tensor(const struct gguf_file *f, const char
     return *slot ? &f->tensors[*slot - 1] : NULL;
 }
 
-/* ---- typed getters ---- */
-
-static bool type_is_int(uint32_t t)
-{
-    return type_is_uint(t) || type_is_sint(t);
-}
-
-static bool type_is_bool(uint32_t t)
-{
-    return t == GGUF_TYPE_BOOL;
-}
-
-static bool type_is_string(uint32_t t)
-{
-    return t == GGUF_TYPE_STRING;
-}
-
-/* Convert an integer value (type t, widened in v) to u32 / i64: CS_ERANGE
- * when it does not fit. */
-static int int_to_u32(uint32_t t, const struct gguf_kv *v, uint32_t *out)
-{
-    if (type_is_uint(t) ? v->val.u64 > UINT32_MAX : v->val.i64 < 0 || v->val.i64 > UINT32_MAX)
-        return CS_ERANGE;
-    *out = type_is_uint(t) ? (uint32_t)v->val.u64 : (uint32_t)v->val.i64;
-    return CS_OK;
-}
-
-static int int_to_i64(uint32_t t, const struct gguf_kv *v, int64_t *out)
-{
-    if (type_is_uint(t) && v->val.u64 > (uint64_t)INT64_MAX)
-        return CS_ERANGE;
-    *out = type_is_uint(t) ? (int64_t)v->val.u64 : v->val.i64;
-    return CS_OK;
-}
-
-/* Find key for a getter and check its type with ok(); fills err and *rc. */
-static const struct gguf_kv *getter_find(const struct gguf_file *f, const char *key,
-                                         bool (*ok)(uint32_t), const char *expected, int *rc,
-                                         struct cs_error *err)
-{
-    const struct gguf_kv *kv = gguf_find_kv(f, key);
-    *rc = CS_OK;
-    if (!kv)
-        *rc = cs_error_set(err, CS_ENOTFOUND, "%s: key %s not found", f ? f->path : "?", key);
-    else if (!ok(kv->type))
-        *rc = cs_error_set(err, CS_EFORMAT, "%s: key %s has type %s, expected %s", f->path, key,
-                           meta_type_name(kv->type), expected);
-    return *rc == CS_OK ? kv : NULL;
-}
-
-static int getter_range(const struct gguf_file *f, const char *key, const struct gguf_kv *kv,
-                        const char *expected, struct cs_error *err)
-{
-    return cs_error_set(err, CS_ERANGE, "%s: key %s (%s) is out of range for %s", f->path, key,
-                        meta_type_name(kv->type), expected);
-}
-
-int gguf_get_u32(const struct gguf_file *f, const char *key, uint32_t *out, struct cs_error *err)
-{
-    int rc;
-    const struct gguf_kv *kv = getter_find(f, key, type_is_int, "an integer", &rc, err);
-    if (kv && int_to_u32(kv->type, kv, out) != CS_OK)
-        return getter_range(f, key, kv, "uint32", err);
-    return rc;
-}
-
-int gguf_get_i64(const struct gguf_file *f, const char *key, int64_t *out, struct cs_error *err)
-{
-    int rc;
-    const struct gguf_kv *kv = getter_find(f, key, type_is_int, "an integer", &rc, err);
-    if (kv && int_to_i64(kv->type, kv, out) != CS_OK)
-        return getter_range(f, key, kv, "int64", err);
-    return rc;
-}
-
-int gguf_get_f32(const struct gguf_file *f, const char *key, float *out, struct cs_error *err)
-{
-    int rc;
-    const struct gguf_kv *kv = getter_find(f, key, type_is_float, "float32", &rc, err);
-    if (kv)
-        *out = (float)kv->val.f64;
-    return rc;
-}
-
-int gguf_get_bool(const struct gguf_file *f, const char *key, bool *out, struct cs_error *err)
-{
-    int rc;
-    const struct gguf_kv *kv = getter_find(f, key, type_is_bool, "bool", &rc, err);
-    if (kv)
-        *out = kv->val.b;
-    return rc;
-}
-
-int gguf_get_str(const struct gguf_file *f, const char *key, char **out, struct cs_error *err)
-{
-    int rc;
-    const struct gguf_kv *kv = getter_find(f, key, type_is_string, "string", &rc, err);
-    char *s = kv ? malloc(kv->val.str.len + 1) : NULL;
-    if (kv && !s)
-        return cs_error_set(err, CS_ENOMEM, "%s: key %s: out of memory", f->path, key);
-    if (s) {
-        memcpy(s, kv->val.str.ptr, kv->val.str.len);
-        s[kv->val.str.len] = 0;
-        *out = s;
-    }
-    return rc;
-}
-
-/* ---- array elements ---- */
-
-/* Decode scalar element i of an array kv into tmp when ok(element type). */
-static int arr_elem(const struct gguf_kv *kv, uint64_t i, bool (*ok)(uint32_t),
-                    struct gguf_kv *tmp)
-{
-    if (!kv || kv->type != GGUF_TYPE_ARRAY || !ok(kv->arr_type))
-        return CS_EFORMAT;
-    if (i >= kv->arr_len)
-        return CS_ERANGE;
-    scalar_decode(kv->arr_data + i * meta_scalar_size[kv->arr_type], kv->arr_type, tmp);
-    return CS_OK;
-}
-
-int gguf_arr_u32(const struct gguf_kv *kv, uint64_t i, uint32_t *out)
-{
-    struct gguf_kv tmp;
-    int rc = arr_elem(kv, i, type_is_int, &tmp);
-    return rc == CS_OK ? int_to_u32(kv->arr_type, &tmp, out) : rc;
-}
-
-int gguf_arr_i64(const struct gguf_kv *kv, uint64_t i, int64_t *out)
-{
-    struct gguf_kv tmp;
-    int rc = arr_elem(kv, i, type_is_int, &tmp);
-    return rc == CS_OK ? int_to_i64(kv->arr_type, &tmp, out) : rc;
-}
-
-int gguf_arr_f32(const struct gguf_kv *kv, uint64_t i, float *out)
-{
-    struct gguf_kv tmp;
-    int rc = arr_elem(kv, i, type_is_float, &tmp);
-    if (rc == CS_OK)
-        *out = (float)tmp.val.f64;
-    return rc;
-}
-
-int gguf_arr_bool(const struct gguf_kv *kv, uint64_t i, bool *out)
-{
-    struct gguf_kv tmp;
-    int rc = arr_elem(kv, i, type_is_bool, &tmp);
-    if (rc == CS_OK)
-        *out = tmp.val.b;
-    return rc;
-}
-
-int gguf_arr_str(const struct gguf_kv *kv, uint64_t i, struct gguf_str *out)
-{
-    if (!kv || kv->type != GGUF_TYPE_ARRAY || kv->arr_type != GGUF_TYPE_STRING || !kv->arr_strs)
-        return CS_EFORMAT;
-    if (i >= kv->arr_len)
-        return CS_ERANGE;
-    *out = kv->arr_strs[i];
-    return CS_OK;
-}
-
-int gguf_arr_nested(const struct gguf_kv *kv, uint64_t i, const struct gguf_kv **out)
-{
-    if (!kv || kv->type != GGUF_TYPE_ARRAY || kv->arr_type != GGUF_TYPE_ARRAY || !kv->arr_elems)
-        return CS_EFORMAT;
-    if (i >= kv->arr_len)
-        return CS_ERANGE;
-    *out = &kv->arr_elems[i];
-    return CS_OK;
-}

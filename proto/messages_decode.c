@@ -211,12 +211,14 @@ static int get_str(struct dec *d, const msgpack_object *o, const char *what, siz
     size_t n = o->via.str.size;
     if (n > max)
         return cs_error_set(d->err, CS_EPROTO, "%s: %zu bytes, limit %zu", what, n, max);
-    if (memchr(o->via.str.ptr, 0, n))
+    /* an empty string may come with a NULL pointer: never hand it to memchr/memcpy */
+    if (n && memchr(o->via.str.ptr, 0, n))
         return cs_error_set(d->err, CS_EPROTO, "%s contains a NUL byte", what);
     char *s = mem_alloc(d->m, n + 1);
     if (!s)
         return cs_error_set(d->err, CS_ENOMEM, "%s: out of memory", what);
-    memcpy(s, o->via.str.ptr, n);
+    if (n)
+        memcpy(s, o->via.str.ptr, n);
     s[n] = 0;
     *out = s;
     return CS_OK;
