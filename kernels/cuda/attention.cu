@@ -70,21 +70,34 @@ struct att_args {
     int max_pages;
 };
 
-/* Load TK rows of K (which = 0) or V (which = 1) of kv head h for positions
- * [p0, p0 + TK) of sequence seq into tile; rows at or past p_end are zeros. */
+/* A tile of TK rows of K or V is fetched into registers first (every load
+ * of the tile in flight at once) and stored to shared memory later, so the
+ * fetch of the next K or V tile overlaps the math on the current one
+ * instead of stalling the block for a memory round trip per tile. */
 template <typename T, int D>
-static __device__ void tile_load(T *tile, const struct att_args &a, int seq, int h, int p0,
-                                 int p_end, int which)
+struct tile_regs {
+    static const int VEC = 16 / sizeof(T);                      /* elements per int4 */
+    static const int N = ATT_TK * (D / VEC) / (ATT_WARPS * 32);  /* int4 per thread */
+    int4 v[N];
+};
+
+/* Fetch TK rows of K (which = 0) or V (which = 1) of kv head h for positions
+ * [p0, p0 + TK) of sequence seq; rows at or past p_end, or whose page is out
+ * of range, read as zeros. */
+template <typename T, int D>
+static __device__ __forceinline__ void tile_fetch(tile_regs<T, D> &r, const struct att_args &a,
+                                                  int seq, int h, int p0, int p_end, int which)
 {
-    const int vec = 16 / sizeof(T);           /* elements per 16-byte load */
-    const int per_row = D / vec;
+    const int vec = tile_regs<T, D>::VEC, per_row = D / vec;
     size_t row_elems = (size_t)a.n_kv * D;
     size_t page_elems = 2 * (size_t)a.page_size * row_elems;
     const T *pages = (const T *)a.pages;
-    for (int c = threadIdx.x; c < ATT_TK * per_row; c += ATT_WARPS * 32) {
+#pragma unroll
+    for (int it = 0; it < tile_regs<T, D>::N; it++) {
+        int c = threadIdx.x + it * ATT_WARPS * 32;
         int j = c / per_row, e = (c - j * per_row) * vec;
         int p = p0 + j;
-        int4 val = make_int4(0, 0, 0, 0);
+        r.v[it] = make_int4(0, 0, 0, 0);
         if (p < p_end) {
             int pi = p / a.page_size;
             int pg = pi < a.max_pages ? a.page_table[(size_t)seq * a.max_pages + pi] : -1;
@@ -92,10 +105,21 @@ static __device__ void tile_load(T *tile, const struct att_args &a, int seq, int
                 const T *src = pages + (size_t)pg * page_elems +
                                (size_t)which * a.page_size * row_elems +
                                (size_t)(p % a.page_size) * row_elems + (size_t)h * D + e;
-                val = *(const int4 *)src;
+                r.v[it] = __ldg((const int4 *)src);
             }
         }
-        *(int4 *)(tile + j * D + e) = val;
+    }
+}
+
+template <typename T, int D>
+static __device__ __forceinline__ void tile_put(T *tile, const tile_regs<T, D> &r)
+{
+    const int vec = tile_regs<T, D>::VEC, per_row = D / vec;
+#pragma unroll
+    for (int it = 0; it < tile_regs<T, D>::N; it++) {
+        int c = threadIdx.x + it * ATT_WARPS * 32;
+        int j = c / per_row, e = (c - j * per_row) * vec;
+        *(int4 *)(tile + j * D + e) = r.v[it];
     }
 }
 
@@ -130,9 +154,13 @@ static __device__ void att_pass(att_state<T, D, RPW> &st, T *tile, const struct 
         st.qpos[k] = r < n_rows ? a.pos[t] : -1;
     }
     float p[RPW];
+    tile_regs<T, D> fetched;
+    if (p_begin < p_end)
+        tile_fetch<T, D>(fetched, a, seq, h, p_begin, p_end, 0);
     for (int p0 = p_begin; p0 < p_end; p0 += ATT_TK) {
-        tile_load<T, D>(tile, a, seq, h, p0, p_end, 0);
+        tile_put<T, D>(tile, fetched);   /* K of this tile */
         __syncthreads();
+        tile_fetch<T, D>(fetched, a, seq, h, p0, p_end, 1);   /* V flies during the scores */
 #pragma unroll
         for (int k = 0; k < RPW; k++) {
             p[k] = 0.0f;
@@ -165,8 +193,10 @@ static __device__ void att_pass(att_state<T, D, RPW> &st, T *tile, const struct 
             p[k] = pk;
         }
         __syncthreads();
-        tile_load<T, D>(tile, a, seq, h, p0, p_end, 1);
+        tile_put<T, D>(tile, fetched);   /* V of this tile */
         __syncthreads();
+        if (p0 + ATT_TK < p_end)         /* the next K flies during P.V */
+            tile_fetch<T, D>(fetched, a, seq, h, p0 + ATT_TK, p_end, 0);
 #pragma unroll
         for (int k = 0; k < RPW; k++) {
             if (warp + ATT_WARPS * k >= n_rows)
@@ -260,10 +290,14 @@ static __global__ void k_attn_combine(float *out, const float *part_acc, const f
     int n_s = pos[t] / CS_ATTN_SPLIT + 1;
     size_t base = ((size_t)di * n_heads + qh) * max_splits;
     float M = -INFINITY;
+#pragma unroll 8
     for (int s = 0; s < n_s; s++)
         M = fmaxf(M, part_ml[base + s].x);
     for (int d = threadIdx.x; d < D; d += blockDim.x) {
         float L = 0.0f, o = 0.0f;
+        /* unrolled so several splits' loads are in flight; the additions
+         * keep split order */
+#pragma unroll 8
         for (int s = 0; s < n_s; s++) {
             float2 ml = part_ml[base + s];
             if (ml.x == -INFINITY)

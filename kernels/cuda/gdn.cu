@@ -7,9 +7,14 @@
  * the whole step: the state is read and written once per step, not per
  * token (a sequential scan over the chunk's tokens with the state resident;
  * the chunked form is not used). Reductions over key rows are a fixed
- * 4-lane shuffle tree (batch invariant). Per token, warps 0-2 prepare the
- * next token's normalised q, k, v, beta and decay in shared memory (double
- * buffered) while all warps update the state with the current one. */
+ * 4-lane shuffle tree (batch invariant).
+ *
+ * Tokens are staged GDN_TB at a time: each warp loads the raw q, k, v, beta
+ * and alpha of its GDN_TB / 4 tokens into registers (all loads in flight at
+ * once), then normalises them into shared memory; the next batch's loads are
+ * issued before the current batch is scanned, so the scan itself touches
+ * only registers and shared memory and pays no global-memory latency per
+ * token (it was ~1 us per token when each token was fetched on its own). */
 #include "cuda_util.cuh"
 #include "ops_cuda.cuh"
 
@@ -17,6 +22,8 @@
 #define GDN_DV 128
 #define GDN_COLS 32
 #define GDN_THREADS 128
+#define GDN_TB 16                          /* tokens staged per batch */
+#define GDN_TPW (GDN_TB / (GDN_THREADS / 32)) /* tokens per warp and batch */
 
 struct gdn_tok {
     float q[GDN_DK], k[GDN_DK], v[GDN_COLS];
@@ -30,41 +37,76 @@ struct gdn_args {
     int n_slots, n_k_heads, n_v_heads, conv_dim;
 };
 
+/* One warp's raw inputs of its GDN_TPW tokens of a batch (lane's share). */
+struct gdn_raw {
+    float q[GDN_TPW][4], k[GDN_TPW][4], v[GDN_TPW];
+    float beta[GDN_TPW], alpha[GDN_TPW];
+};
+
 static __device__ __forceinline__ float softplus_f(float x)
 {
     return x > 20.0f ? x : log1pf(expf(x));
 }
 
-/* Warps 0 (q), 1 (k) and 2 (v, beta, decay) fill one token's buffer. */
-static __device__ void gdn_prep(struct gdn_tok *b, const struct gdn_args &g, int t, int h, int col0)
+/* Token tb0 + warp + 4 i of the batch, for i < GDN_TPW, while below t1. */
+static __device__ __forceinline__ void gdn_load(struct gdn_raw &r, const struct gdn_args &g,
+                                                int tb0, int t1, int h, int col0)
 {
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int kh = h % g.n_k_heads;
-    const float *yt = g.y + (size_t)t * g.conv_dim;
-    if (warp < 2) {
-        const float *src = yt + (size_t)warp * g.n_k_heads * GDN_DK + (size_t)kh * GDN_DK;
-        float v[4], ss = 0.0f;
 #pragma unroll
-        for (int i = 0; i < 4; i++) {
-            v[i] = src[lane + 32 * i];
-            ss += v[i] * v[i];
+    for (int i = 0; i < GDN_TPW; i++) {
+        int t = tb0 + warp + 4 * i;
+        if (t >= t1)
+            break;
+        const float *yt = g.y + (size_t)t * g.conv_dim;
+        const float *qs = yt + (size_t)kh * GDN_DK;
+        const float *ks = yt + (size_t)g.n_k_heads * GDN_DK + (size_t)kh * GDN_DK;
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            r.q[i][e] = qs[lane + 32 * e];
+            r.k[i][e] = ks[lane + 32 * e];
         }
-        ss = warp_sum(ss);
-        float inv = 1.0f / sqrtf(ss + g.eps);
-        if (warp == 0)
-            inv *= 1.0f / sqrtf((float)GDN_DK);
-        float *dst = warp == 0 ? b->q : b->k;
+        r.v[i] = yt[2 * (size_t)g.n_k_heads * GDN_DK + (size_t)h * GDN_DV + col0 + lane];
+        size_t bi = (size_t)t * g.n_v_heads + h;
+        r.beta[i] = g.beta_raw[bi];
+        r.alpha[i] = g.alpha_raw[bi];
+    }
+}
+
+static __device__ __forceinline__ void gdn_norm_store(float *dst, const float (&v)[4], float eps,
+                                                      float extra)
+{
+    int lane = threadIdx.x & 31;
+    float ss = 0.0f;
 #pragma unroll
-        for (int i = 0; i < 4; i++)
-            dst[lane + 32 * i] = v[i] * inv;
-    } else if (warp == 2) {
-        const float *vs = yt + 2 * (size_t)g.n_k_heads * GDN_DK + (size_t)h * GDN_DV + col0;
-        b->v[lane] = vs[lane];
+    for (int e = 0; e < 4; e++)
+        ss += v[e] * v[e];
+    ss = warp_sum(ss);
+    float inv = 1.0f / sqrtf(ss + eps);
+    inv *= extra;
+#pragma unroll
+    for (int e = 0; e < 4; e++)
+        dst[lane + 32 * e] = v[e] * inv;
+}
+
+/* Normalise the loaded tokens into the batch buffer. */
+static __device__ __forceinline__ void gdn_store(struct gdn_tok *buf, const struct gdn_raw &r,
+                                                 const struct gdn_args &g, int tb0, int t1, int h)
+{
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+#pragma unroll
+    for (int i = 0; i < GDN_TPW; i++) {
+        int bt = warp + 4 * i;
+        if (tb0 + bt >= t1)
+            break;
+        struct gdn_tok *b = &buf[bt];
+        gdn_norm_store(b->q, r.q[i], g.eps, 1.0f / sqrtf((float)GDN_DK));
+        gdn_norm_store(b->k, r.k[i], g.eps, 1.0f);
+        b->v[lane] = r.v[i];
         if (lane == 0) {
-            size_t bi = (size_t)t * g.n_v_heads + h;
-            b->beta = sigmoid_f(g.beta_raw[bi]);
-            float gg = g.a[h] * softplus_f(g.alpha_raw[bi] + g.dt_bias[h]);
-            b->decay = expf(gg);
+            b->beta = sigmoid_f(r.beta[i]);
+            b->decay = expf(g.a[h] * softplus_f(r.alpha[i] + g.dt_bias[h]));
         }
     }
 }
@@ -72,46 +114,57 @@ static __device__ void gdn_prep(struct gdn_tok *b, const struct gdn_args &g, int
 static __global__ void __launch_bounds__(GDN_THREADS)
     k_gdn(struct gdn_args g, const int32_t *seq_start, const int32_t *slot)
 {
-    __shared__ struct gdn_tok buf[2];
+    __shared__ struct gdn_tok buf[GDN_TB];
     int cg = blockIdx.x, h = blockIdx.y, s = blockIdx.z;
     int sl = slot[s];
     int t0 = seq_start[s], t1 = seq_start[s + 1];
     if (sl < 0 || sl >= g.n_slots || t0 >= t1)
         return;
     int j = threadIdx.x >> 2, kq = threadIdx.x & 3;
-    int col = cg * GDN_COLS + j;
+    int col0 = cg * GDN_COLS, col = col0 + j;
+    struct gdn_raw raw;
+    gdn_load(raw, g, t0, t1, h, col0);
     float *S_g = g.rec + ((size_t)sl * g.n_v_heads + h) * GDN_DK * GDN_DV + col;
     float S[GDN_DK / 4];
 #pragma unroll
     for (int r = 0; r < GDN_DK / 4; r++)
         S[r] = S_g[(size_t)(4 * r + kq) * GDN_DV];
-    gdn_prep(&buf[0], g, t0, h, cg * GDN_COLS);
-    __syncthreads();
-    for (int t = t0; t < t1; t++) {
-        if (t + 1 < t1)
-            gdn_prep(&buf[(t + 1 - t0) & 1], g, t + 1, h, cg * GDN_COLS);
-        const struct gdn_tok *b = &buf[(t - t0) & 1];
-        float decay = b->decay;
-        float kvp = 0.0f;
-#pragma unroll
-        for (int r = 0; r < GDN_DK / 4; r++) {
-            S[r] *= decay;
-            kvp += S[r] * b->k[4 * r + kq];
-        }
-        float kv = kvp + __shfl_xor_sync(CS_FULL_MASK, kvp, 1);
-        kv += __shfl_xor_sync(CS_FULL_MASK, kv, 2);
-        float delta = b->beta * (b->v[j] - kv);
-        float op = 0.0f;
-#pragma unroll
-        for (int r = 0; r < GDN_DK / 4; r++) {
-            S[r] += b->k[4 * r + kq] * delta;
-            op += S[r] * b->q[4 * r + kq];
-        }
-        float o = op + __shfl_xor_sync(CS_FULL_MASK, op, 1);
-        o += __shfl_xor_sync(CS_FULL_MASK, o, 2);
-        if (kq == 0)
-            g.out[(size_t)t * g.n_v_heads * GDN_DV + (size_t)h * GDN_DV + col] = o;
+    float *out = g.out + (size_t)h * GDN_DV + col;
+    size_t out_stride = (size_t)g.n_v_heads * GDN_DV;
+    for (int tb = t0; tb < t1; tb += GDN_TB) {
+        __syncthreads();   /* the previous batch is no longer read */
+        gdn_store(buf, raw, g, tb, t1, h);
         __syncthreads();
+        if (tb + GDN_TB < t1)
+            gdn_load(raw, g, tb + GDN_TB, t1, h, col0);   /* in flight during the scan */
+        int n = t1 - tb < GDN_TB ? t1 - tb : GDN_TB;
+        for (int i = 0; i < n; i++) {
+            const struct gdn_tok *b = &buf[i];
+            float decay = b->decay;
+            /* four independent chains: a lone warp per scheduler hides no
+             * FMA latency, so a single 32-deep chain would cost 4x */
+            float kp[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+            for (int r = 0; r < GDN_DK / 4; r++) {
+                S[r] *= decay;
+                kp[r & 3] += S[r] * b->k[4 * r + kq];
+            }
+            float kvp = (kp[0] + kp[1]) + (kp[2] + kp[3]);
+            float kv = kvp + __shfl_xor_sync(CS_FULL_MASK, kvp, 1);
+            kv += __shfl_xor_sync(CS_FULL_MASK, kv, 2);
+            float delta = b->beta * (b->v[j] - kv);
+            float op[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+            for (int r = 0; r < GDN_DK / 4; r++) {
+                S[r] += b->k[4 * r + kq] * delta;
+                op[r & 3] += S[r] * b->q[4 * r + kq];
+            }
+            float o4 = (op[0] + op[1]) + (op[2] + op[3]);
+            float o = o4 + __shfl_xor_sync(CS_FULL_MASK, o4, 1);
+            o += __shfl_xor_sync(CS_FULL_MASK, o, 2);
+            if (kq == 0)
+                out[(size_t)(tb + i) * out_stride] = o;
+        }
     }
 #pragma unroll
     for (int r = 0; r < GDN_DK / 4; r++)

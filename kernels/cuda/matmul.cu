@@ -69,6 +69,8 @@ static __device__ __forceinline__ float i2f_exact(int v)
     return __fsub_rn(__int_as_float(0x4B400000 + v), 12582912.0f);
 }
 
+#define GEMV_XS_U 8   /* x blocks per warp loaded together by the quantizing prologue */
+
 /* Block: W warps (blockDim.x = 32 W >= 32 NT). Dynamic shared memory: terms
  * [2][C][NT][32] floats (C = W * BPW; double-buffered, so the serial sum of
  * round r overlaps the dots of round r + 1 with one barrier per round), then
@@ -106,12 +108,27 @@ static __global__ void __launch_bounds__(NT <= 2 ? 512 : 256) gemv_q8_kernel(str
     if (XS) {
         int8_t *xs = (int8_t *)(terms + 2 * C * NT * 32);
         float *xds = (float *)(xs + (size_t)NT * n_in);
-        for (int blk = warp; blk < NT * nb; blk += nw) {
-            float d;
-            int q = cuda_q8_1_quantize_lane(__ldg(x + (size_t)blk * 32 + lane), &d);
-            xs[blk * 32 + lane] = (int8_t)q;
-            if (lane == 0)
-                xds[blk] = d;
+        /* GEMV_XS_U blocks of x per warp in flight at once: fetched one at
+         * a time, each paid a full L2 round trip (~6 us of prologue at
+         * n_in = 12288, longer than the weights' own streaming) */
+        for (int b0 = warp; b0 < NT * nb; b0 += nw * GEMV_XS_U) {
+            float xv[GEMV_XS_U];
+#pragma unroll
+            for (int u = 0; u < GEMV_XS_U; u++) {
+                int blk = b0 + u * nw;
+                xv[u] = blk < NT * nb ? __ldg(x + (size_t)blk * 32 + lane) : 0.0f;
+            }
+#pragma unroll
+            for (int u = 0; u < GEMV_XS_U; u++) {
+                int blk = b0 + u * nw;
+                if (blk >= NT * nb)
+                    break;
+                float d;
+                int q = cuda_q8_1_quantize_lane(xv[u], &d);
+                xs[blk * 32 + lane] = (int8_t)q;
+                if (lane == 0)
+                    xds[blk] = d;
+            }
         }
         xq = xs;
         xd = xds;

@@ -1,13 +1,43 @@
 /* norm.cu - RMSNorm ops of kernels/ops.h on CUDA: rmsnorm (one block per
- * token) and gated_rmsnorm (one warp per head: x = rmsnorm(x) * w * silu(z)).
+ * token, the row held in registers) and gated_rmsnorm (one warp per head: x = rmsnorm(x) * w * silu(z)).
  * Sums of squares use a fixed reduction tree per row (batch invariant). */
 #include "cuda_util.cuh"
 #include "ops_cuda.cuh"
 
-#define NORM_THREADS 256
+#define NORM_THREADS 1024
+#define NORM_NPT 8   /* values per thread held in registers: dim <= 8192 */
 
-/* One block per token: out[t] = x[t] * rsqrt(mean(x[t]^2) + eps) * w. */
-static __global__ void k_rmsnorm(float *out, const float *x, const float *w, int dim, float eps)
+/* One block per token: out[t] = x[t] * rsqrt(mean(x[t]^2) + eps) * w. The
+ * row is read once into registers (all loads in flight together); rows
+ * longer than NORM_THREADS * NORM_NPT take the looping variant. A decode
+ * step runs ~65 of these on one row each, so latency is what counts. */
+static __global__ void __launch_bounds__(NORM_THREADS) k_rmsnorm(float *out, const float *x,
+                                                                 const float *w, int dim, float eps)
+{
+    __shared__ float scratch[32];
+    const float *xr = x + (size_t)blockIdx.x * dim;
+    float *yr = out + (size_t)blockIdx.x * dim;
+    float v[NORM_NPT];
+    float ss = 0.0f;
+#pragma unroll
+    for (int e = 0; e < NORM_NPT; e++) {
+        int i = threadIdx.x + e * NORM_THREADS;
+        v[e] = i < dim ? xr[i] : 0.0f;
+    }
+#pragma unroll
+    for (int e = 0; e < NORM_NPT; e++)
+        ss += v[e] * v[e];
+    ss = block_sum(ss, scratch);
+    float scale = 1.0f / sqrtf(ss / (float)dim + eps);
+#pragma unroll
+    for (int e = 0; e < NORM_NPT; e++) {
+        int i = threadIdx.x + e * NORM_THREADS;
+        if (i < dim)
+            yr[i] = v[e] * scale * w[i];
+    }
+}
+
+static __global__ void k_rmsnorm_long(float *out, const float *x, const float *w, int dim, float eps)
 {
     __shared__ float scratch[32];
     const float *xr = x + (size_t)blockIdx.x * dim;
@@ -45,7 +75,10 @@ int cuda_op_rmsnorm(struct cs_backend *be, float *out, const float *x, const flo
 {
     if (n_tokens <= 0)
         return CS_OK;
-    k_rmsnorm<<<n_tokens, NORM_THREADS, 0, cuda_ctx_of(be)->stream>>>(out, x, w, dim, eps);
+    if (dim <= NORM_THREADS * NORM_NPT)
+        k_rmsnorm<<<n_tokens, NORM_THREADS, 0, cuda_ctx_of(be)->stream>>>(out, x, w, dim, eps);
+    else
+        k_rmsnorm_long<<<n_tokens, NORM_THREADS, 0, cuda_ctx_of(be)->stream>>>(out, x, w, dim, eps);
     CS_CUDA_LAUNCHED("rmsnorm");
     return CS_OK;
 }
