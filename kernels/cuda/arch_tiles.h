@@ -25,6 +25,9 @@
 
 /* GEMV (decode): one block per group of 32 rows; lane = row. */
 #define MM_GEMV_MAX_TOKENS 8   /* tokens per GEMV launch (template 1..8) */
+#ifndef MM_GEMV_MIN_BLOCKS
+#define MM_GEMV_MIN_BLOCKS 1   /* resident 512-thread blocks per SM asked of the compiler (n <= 2) */
+#endif
 
 struct mm_arch_tiles {
     int cc_min;            /* first compute capability (major*10+minor) of this row */

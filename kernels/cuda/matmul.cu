@@ -78,7 +78,7 @@ static __device__ __forceinline__ float i2f_exact(int v)
  * tokens: int8 [NT][n_in] and fp32 scales [NT][nb], quantized here from x
  * (no separate quantize launch); without XS, xq/xd hold them (scratch). */
 template <int NT, int BPW, bool XS>
-static __global__ void __launch_bounds__(NT <= 2 ? 512 : 256) gemv_q8_kernel(struct mm_parts ps, const float *x,
+static __global__ void __launch_bounds__(NT <= 2 ? 512 : 256, NT <= 2 ? MM_GEMV_MIN_BLOCKS : 1) gemv_q8_kernel(struct mm_parts ps, const float *x,
                                                              const int8_t *xq, const float *xd,
                                                              int n_in, int nb)
 {
@@ -396,7 +396,10 @@ static int device_cc(void)
 /* 32-value blocks each warp loads per round. 8 for NT <= 2 measured worse on
  * H200 (one 512-thread block per SM at 128 registers: 42% vs 54% of read
  * bandwidth over the 9B decode projections), so 4 throughout. */
-#define GEMV_BPW(nt) 4
+#ifndef MM_GEMV_BPW
+#define MM_GEMV_BPW 4
+#endif
+#define GEMV_BPW(nt) MM_GEMV_BPW
 
 static size_t gemv_terms_bytes(int nt, int warps)
 {
