@@ -1,13 +1,14 @@
 /* completion.c - the life of one completion request (completion.h): the
- * prompt, the engine submits (one per choice), the token stream through the
- * decoder, stop strings and the reasoning/tool parser, and the answer as SSE
- * chunks or one JSON body.
+ * engine submits (one per choice), the token stream through the decoder, stop
+ * strings and the reasoning/tool parser, and the answer as SSE chunks or one
+ * JSON body. The request checks and the prompt are in completion_prompt.c;
+ * the structs both share in completion_int.h.
  *
  * Memory: struct completion lives while the HTTP request is unanswered or any
  * choice still runs in the engine (refs counts our own stack frames, so an
  * engine that calls back synchronously cannot free it under us). */
 #define _GNU_SOURCE /* memmem */
-#include "completion.h"
+#include "completion_int.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -17,43 +18,6 @@
 #include "coordinator/json_constrain.h"
 #include "coordinator/toolparse.h"
 #include "kernels/sampler.h"
-
-struct choice {
-    struct completion *c;
-    int index;
-    uint64_t engine_id;
-    bool running;
-    struct tokenizer_decoder dec;
-    struct toolparse *tp;               /* chat only */
-    struct buf hold;                    /* text that may start a stop string */
-    struct buf text;                    /* completions: the text so far */
-    bool stop_hit, in_reasoning;
-    int n_tokens, n_reasoning;
-    struct oai_logprob *lp;
-    int n_lp, cap_lp, lp_sent;
-    size_t text_offset;
-    uint64_t t_last_ns;
-    enum engine_finish finish;
-    int status;
-    char errmsg[256];
-    const struct toolparse_result *result;
-};
-
-struct completion {
-    struct completion_ctx *cx;
-    struct http_request *http;          /* NULL once answered or gone */
-    struct oai_request req;
-    char id[64];
-    long created;
-    int32_t *prompt;
-    int n_prompt;
-    bool thinking;                      /* the generation starts in a think block */
-    char forced[300];                   /* forced tool-call opening, fed to the parser first */
-    struct choice *ch;
-    int n_ch, n_running, refs;
-    bool streaming, failed;
-    uint64_t t_submit_ns;
-};
 
 static void completion_release(struct completion *c);
 static void choice_emit(struct choice *ch, const char *s, size_t n);
@@ -506,154 +470,7 @@ static void on_abort(struct http_request *req)
     completion_release(c);
 }
 
-/* ---- starting: validation, prompt, context check, submits ---- */
-
-static bool valid_tool_name(const char *s)
-{
-    if (!*s)
-        return false;
-    for (; *s; s++)
-        if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') ||
-              *s == '_' || *s == '.' || *s == ':' || *s == '-'))
-            return false;
-    return true;
-}
-
-static bool tools_declare(const cJSON *tools, const char *name)
-{
-    const cJSON *t;
-    cJSON_ArrayForEach(t, tools) {
-        const cJSON *fn = cJSON_GetObjectItemCaseSensitive(t, "function");
-        const cJSON *n = cJSON_GetObjectItemCaseSensitive(fn ? fn : t, "name");
-        if (cJSON_IsString(n) && strcmp(n->valuestring, name) == 0)
-            return true;
-    }
-    return false;
-}
-
-/* Checks that need the server's knowledge (model, vocabulary, features). */
-static int check_request(struct completion *c, struct oai_error *e)
-{
-    const struct oai_request *r = &c->req;
-    const struct completion_ctx *cx = c->cx;
-    if (r->model[0] && strcmp(r->model, cx->model->name) != 0) {
-        oai_error_set(e, 404, "invalid_request_error", "model",
-                      "The model '%s' does not exist (this server serves '%s')", r->model,
-                      cx->model->name);
-        snprintf(e->code, sizeof e->code, "model_not_found");
-        return CS_ENOTFOUND;
-    }
-    for (int i = 0; i < r->n_bias; i++)
-        if (r->bias_ids[i] >= cx->engine->n_vocab) {
-            oai_error_set(e, 400, "invalid_request_error", "logit_bias",
-                          "'logit_bias' token id %d is out of the vocabulary (size %d)",
-                          r->bias_ids[i], cx->engine->n_vocab);
-            return CS_EINVAL;
-        }
-    if (r->tool_choice == OAI_TOOL_NAMED &&
-        (!valid_tool_name(r->tool_name) || !tools_declare(r->tools, r->tool_name))) {
-        oai_error_set(e, 400, "invalid_request_error", "tool_choice",
-                      "'tool_choice' names '%s', which is not one of the tools", r->tool_name);
-        return CS_EINVAL;
-    }
-    return CS_OK;
-}
-
-static int build_chat_prompt(struct completion *c, struct oai_error *e)
-{
-    struct oai_request *r = &c->req;
-    enum template_thinking thinking = r->enable_thinking;
-    prompt_thinking_directives((cJSON *)r->messages, &thinking);
-    bool has_tools = cJSON_IsArray(r->tools) && cJSON_GetArraySize(r->tools) > 0;
-    bool forced = has_tools && (r->tool_choice == OAI_TOOL_REQUIRED || r->tool_choice == OAI_TOOL_NAMED);
-    if (forced || r->format != OAI_FORMAT_TEXT)
-        thinking = TEMPLATE_THINKING_OFF; /* the whole output is the call or the JSON */
-    struct template_options opt = {
-        .add_generation_prompt = 1,
-        .enable_thinking = thinking,
-        .preserve_thinking = r->preserve_thinking,
-        .variant = c->cx->model->variant,
-    };
-    struct template_output out;
-    struct cs_error err = {0};
-    int rc = template_render(r->messages, r->tool_choice == OAI_TOOL_NONE ? NULL : r->tools, &opt,
-                             &out, &err);
-    if (rc == CS_OK) {
-        const char *t = buf_cstr(&out.text);
-        c->thinking = out.text.len >= 8 && memcmp(t + out.text.len - 8, "<think>\n", 8) == 0;
-        if (forced) {
-            if (r->tool_choice == OAI_TOOL_NAMED)
-                snprintf(c->forced, sizeof c->forced, "<tool_call>\n<function=%s>\n", r->tool_name);
-            else
-                snprintf(c->forced, sizeof c->forced, "<tool_call>\n<function=");
-            rc = buf_append_str(&out.text, c->forced);
-        }
-    }
-    size_t n = 0;
-    if (rc == CS_OK)
-        rc = prompt_tokenize(c->cx->model->tok, &c->cx->specials, &out, &c->prompt, &n);
-    template_output_free(&out);
-    c->n_prompt = (int)n;
-    if (rc == CS_EINVAL)
-        oai_error_set(e, 400, "invalid_request_error", "messages", "%s", err.msg);
-    else if (rc != CS_OK)
-        oai_error_set(e, 500, "server_error", NULL, "cannot build the prompt: %s", cs_strerror(rc));
-    return rc;
-}
-
-static int build_text_prompt(struct completion *c, struct oai_error *e)
-{
-    struct oai_request *r = &c->req;
-    int n_vocab = c->cx->engine->n_vocab;
-    if (r->prompt) {
-        size_t n = 0;
-        int rc = tokenizer_encode(c->cx->model->tok, r->prompt, strlen(r->prompt), true,
-                                  &c->prompt, &n);
-        c->n_prompt = (int)n;
-        if (rc != CS_OK) {
-            oai_error_set(e, 500, "server_error", NULL, "cannot tokenize: %s", cs_strerror(rc));
-            return rc;
-        }
-    } else {
-        for (int i = 0; i < r->n_prompt_ids; i++)
-            if (r->prompt_ids[i] >= n_vocab) {
-                oai_error_set(e, 400, "invalid_request_error", "prompt",
-                              "'prompt' token id %d is out of the vocabulary (size %d)",
-                              r->prompt_ids[i], n_vocab);
-                return CS_EINVAL;
-            }
-        c->prompt = r->prompt_ids;
-        c->n_prompt = r->n_prompt_ids;
-        r->prompt_ids = NULL;
-        r->n_prompt_ids = 0;
-    }
-    if (c->n_prompt == 0) {
-        oai_error_set(e, 400, "invalid_request_error", "prompt", "'prompt' is empty");
-        return CS_EINVAL;
-    }
-    return CS_OK;
-}
-
-/* prompt + max_tokens must fit the context; fills *max_tokens. */
-static int check_context(struct completion *c, int *max_tokens, struct oai_error *e)
-{
-    int ctx = c->cx->engine->ctx_size;
-    int want = c->req.max_tokens > 0 ? c->req.max_tokens : ctx - c->n_prompt;
-    if (want < 1 || (long)c->n_prompt + want > ctx) {
-        oai_error_set(e, 400, "invalid_request_error",
-                      c->req.kind == OAI_CHAT ? "messages" : "prompt",
-                      "This model's maximum context length is %d tokens. However, you requested "
-                      "%ld tokens (%d in the %s, %d in the completion). Please reduce the length "
-                      "of the %s or completion.",
-                      ctx, (long)c->n_prompt + (want < 1 ? 1 : want), c->n_prompt,
-                      c->req.kind == OAI_CHAT ? "messages" : "prompt", want < 1 ? 1 : want,
-                      c->req.kind == OAI_CHAT ? "messages" : "prompt");
-        snprintf(e->code, sizeof e->code, "context_length_exceeded");
-        return CS_ERANGE;
-    }
-    *max_tokens = want;
-    return CS_OK;
-}
+/* ---- starting: choices, constraints, submits (the prompt: completion_prompt.c) ---- */
 
 static int choices_init(struct completion *c, struct oai_error *e)
 {
@@ -814,11 +631,12 @@ void completion_handle(struct completion_ctx *cx, struct http_request *req, enum
     int max_tokens = 0;
     int rc = oai_request_parse(&c->req, kind, req->body.data ? req->body.data : "", req->body.len, &e);
     if (rc == CS_OK)
-        rc = check_request(c, &e);
+        rc = completion_check_request(c, &e);
     if (rc == CS_OK)
-        rc = kind == OAI_CHAT ? build_chat_prompt(c, &e) : build_text_prompt(c, &e);
+        rc = kind == OAI_CHAT ? completion_build_chat_prompt(c, &e)
+                             : completion_build_text_prompt(c, &e);
     if (rc == CS_OK)
-        rc = check_context(c, &max_tokens, &e);
+        rc = completion_check_context(c, &max_tokens, &e);
     if (rc == CS_OK)
         rc = choices_init(c, &e);
     c->t_submit_ns = uv_hrtime();

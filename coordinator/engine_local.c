@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "../common/log.h"
+#include "../worker/load_progress.h"
 #include "engine_local_int.h"
 
 #define EL_MAX_SEQS 4096
@@ -358,10 +359,14 @@ static int el_model_load(struct el_engine *e, const struct cs_config *cfg, struc
                  cfg->model, terr.msg);
     if ((rc = el_backend_create(e, cfg, err)))
         return rc;
+    if (e->be->graph_enable)   /* cuda_graphs: decode steps as recorded graphs */
+        e->be->graph_enable(e->be, cfg->cuda_graphs);
     e->m = calloc(1, sizeof *e->m);
     if (!e->m)
         return cs_error_set(err, CS_ENOMEM, "out of memory");
-    if ((rc = model_load(e->m, e->f, e->be, 0, hp.n_layer, NULL, NULL, err))) {
+    struct load_progress lp;
+    if ((rc = model_load(e->m, e->f, e->be, 0, hp.n_layer, load_progress_cb,
+                         load_progress_begin(&lp), err))) {
         cs_error_prefix(err, "%s", cfg->model);
         free(e->m);
         e->m = NULL;

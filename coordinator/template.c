@@ -8,15 +8,17 @@
  * client), so trimming and splitting keep track of provenance and the final
  * mask becomes the user spans. Allocation failure is sticky in struct render
  * and reported once at the end. Python semantics reproduced on purpose:
- * str.strip() (Unicode whitespace), `in` on strings, json.dumps with
- * ensure_ascii=False and ", "/": " separators, float repr. */
+ * str.strip() (Unicode whitespace), `in` on strings, float repr (those three
+ * in template_pystr.c), json.dumps with ensure_ascii=False and ", "/": "
+ * separators (here). */
 #include "template.h"
 
-#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "template_pystr.h"
 
 /* ---- strings with provenance ---- */
 
@@ -84,150 +86,6 @@ static int fail(struct render *r, const char *msg)
     return cs_error_set(r->err, CS_EINVAL, "%s", msg);
 }
 
-/* ---- Python str semantics ---- */
-
-/* Decode one UTF-8 code point at p (n bytes left); returns its length, or 0
- * when the bytes are not well-formed UTF-8. */
-static size_t utf8_decode(const unsigned char *p, size_t n, uint32_t *cp)
-{
-    size_t len;
-    uint32_t c = p[0];
-    if (c < 0x80) {
-        *cp = c;
-        return 1;
-    } else if ((c & 0xE0) == 0xC0) {
-        len = 2, c &= 0x1F;
-    } else if ((c & 0xF0) == 0xE0) {
-        len = 3, c &= 0x0F;
-    } else if ((c & 0xF8) == 0xF0) {
-        len = 4, c &= 0x07;
-    } else {
-        return 0;
-    }
-    if (len > n)
-        return 0;
-    for (size_t i = 1; i < len; i++) {
-        if ((p[i] & 0xC0) != 0x80)
-            return 0;
-        c = (c << 6) | (p[i] & 0x3F);
-    }
-    *cp = c;
-    return len;
-}
-
-/* Python's str.isspace(): bidi classes WS, B, S or category Zs. */
-static int py_isspace(uint32_t c)
-{
-    return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 ||
-           c == 0x1680 || (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 ||
-           c == 0x202F || c == 0x205F || c == 0x3000;
-}
-
-/* Narrow [*a, *b) of s by str.strip(): Unicode whitespace at both ends. */
-static void py_strip(const char *s, size_t *a, size_t *b)
-{
-    const unsigned char *p = (const unsigned char *)s;
-    uint32_t cp;
-    while (*a < *b) {
-        size_t n = utf8_decode(p + *a, *b - *a, &cp);
-        if (!n || !py_isspace(cp))
-            break;
-        *a += n;
-    }
-    while (*b > *a) {
-        size_t start = *b - 1;
-        while (start > *a && *b - start < 4 && (p[start] & 0xC0) == 0x80)
-            start--;
-        size_t n = utf8_decode(p + start, *b - start, &cp);
-        if (n != *b - start || !py_isspace(cp))
-            break;
-        *b = start;
-    }
-}
-
-/* Index of the first (last) occurrence of needle in s[a, b), or SIZE_MAX. */
-static size_t find_first(const char *s, size_t a, size_t b, const char *needle)
-{
-    size_t k = strlen(needle);
-    for (size_t i = a; i + k <= b; i++)
-        if (memcmp(s + i, needle, k) == 0)
-            return i;
-    return SIZE_MAX;
-}
-
-static size_t find_last(const char *s, size_t a, size_t b, const char *needle)
-{
-    size_t k = strlen(needle);
-    for (size_t i = b; i >= a + k; i--)
-        if (memcmp(s + i - k, needle, k) == 0)
-            return i - k;
-    return SIZE_MAX;
-}
-
-/* Python repr of a float, or an integer when d is integral below 1e16 (cJSON
- * does not keep the int/float distinction: template.h, difference 5). json
- * selects json.dumps' spelling of infinities and NaN. */
-static void py_number(double d, int json, char out[40])
-{
-    if (!isfinite(d)) {
-        if (isnan(d))
-            strcpy(out, json ? "NaN" : "nan");
-        else
-            strcpy(out, d > 0 ? (json ? "Infinity" : "inf") : (json ? "-Infinity" : "-inf"));
-        return;
-    }
-    if (d == floor(d) && fabs(d) < 1e16) {
-        snprintf(out, 40, "%lld", (long long)d);
-        return;
-    }
-    char e[40];
-    for (int p = 1; p <= 17; p++) {
-        snprintf(e, sizeof e, "%.*e", p - 1, d);
-        if (strtod(e, NULL) == d)
-            break;
-    }
-    /* e is "[-]D[.DDD]e(+|-)XX": gather the digits and the exponent */
-    char digits[24];
-    int nd = 0, neg = e[0] == '-';
-    const char *q = e + neg;
-    for (; *q && *q != 'e'; q++)
-        if (*q >= '0' && *q <= '9' && nd < 23)
-            digits[nd++] = *q;
-    while (nd > 1 && digits[nd - 1] == '0')
-        nd--;
-    digits[nd] = '\0';
-    int exp10 = atoi(q + 1), decpt = exp10 + 1;
-    char *o = out;
-    if (neg)
-        *o++ = '-';
-    if (decpt > -4 && decpt <= 16) {
-        if (decpt <= 0) { /* 0.000DDD */
-            *o++ = '0', *o++ = '.';
-            for (int i = 0; i < -decpt; i++)
-                *o++ = '0';
-            for (int i = 0; i < nd; i++)
-                *o++ = digits[i];
-        } else { /* DDD.DDD or DDD000.0 */
-            for (int i = 0; i < decpt; i++)
-                *o++ = i < nd ? digits[i] : '0';
-            *o++ = '.';
-            if (decpt >= nd)
-                *o++ = '0';
-            for (int i = decpt; i < nd; i++)
-                *o++ = digits[i];
-        }
-    } else { /* D.DDDe+XX */
-        *o++ = digits[0];
-        if (nd > 1) {
-            *o++ = '.';
-            for (int i = 1; i < nd; i++)
-                *o++ = digits[i];
-        }
-        o += sprintf(o, "e%c%02d", exp10 < 0 ? '-' : '+', abs(exp10));
-    }
-    *o = '\0';
-}
-
 /* ---- JSON, as Python's json.dumps(ensure_ascii=False) writes it ---- */
 
 static void json_string(struct render *r, struct mstr *m, const char *s, int user)
@@ -267,7 +125,7 @@ static void json_value(struct render *r, struct mstr *m, const cJSON *v)
     } else if (cJSON_IsFalse(v)) {
         usr(r, m, "false");
     } else if (cJSON_IsNumber(v)) {
-        py_number(v->valuedouble, 1, num);
+        pystr_number(v->valuedouble, 1, num);
         usr(r, m, num);
     } else if (cJSON_IsString(v)) {
         json_string(r, m, v->valuestring, 1);
@@ -393,7 +251,7 @@ static int render_trimmed(struct render *r, const cJSON *content, int do_count, 
     int rc = render_content(r, content, do_count, is_system, &tmp);
     if (rc == CS_OK) {
         size_t a = 0, b = tmp.text.len;
-        py_strip(buf_cstr(&tmp.text), &a, &b);
+        pystr_strip(buf_cstr(&tmp.text), &a, &b);
         put_slice(r, dst, &tmp, a, b);
     }
     mstr_free(&tmp);
@@ -503,7 +361,7 @@ static void render_arg_value(struct render *r, struct mstr *out, const cJSON *v)
     if (cJSON_IsString(v)) {
         usr(r, out, v->valuestring);
     } else if (cJSON_IsNumber(v)) {
-        py_number(v->valuedouble, 0, num);
+        pystr_number(v->valuedouble, 0, num);
         usr(r, out, num);
     } else {
         json_value(r, out, v);
@@ -525,7 +383,7 @@ static int tool_args(struct render *r, const cJSON *args, size_t k, const cJSON 
     }
     if (cJSON_IsString(args)) {
         size_t a = 0, b = strlen(args->valuestring);
-        py_strip(args->valuestring, &a, &b);
+        pystr_strip(args->valuestring, &a, &b);
         if (a == b)
             return CS_OK;
         *owned = cJSON_ParseWithLength(args->valuestring, strlen(args->valuestring));
@@ -591,20 +449,20 @@ static void split_reasoning(struct render *r, const cJSON *msg, const struct mst
     if (cJSON_IsString(rc)) {
         usr(r, &raw, rc->valuestring);
         b = raw.text.len;
-    } else if (find_first(s, 0, *cb, "</think>") != SIZE_MAX) {
-        b = find_first(s, 0, *cb, "</think>");
+    } else if (pystr_find_first(s, 0, *cb, "</think>") != SIZE_MAX) {
+        b = pystr_find_first(s, 0, *cb, "</think>");
         while (b > 0 && s[b - 1] == '\n') /* .rstrip('\n') */
             b--;
-        size_t open = find_last(s, 0, b, "<think>"); /* .split('<think>')[-1] */
+        size_t open = pystr_find_last(s, 0, b, "<think>"); /* .split('<think>')[-1] */
         a = open == SIZE_MAX ? 0 : open + 7;
         while (a < b && s[a] == '\n') /* .lstrip('\n') */
             a++;
-        *ca = find_last(s, 0, *cb, "</think>") + 8;
+        *ca = pystr_find_last(s, 0, *cb, "</think>") + 8;
         while (*ca < *cb && s[*ca] == '\n')
             (*ca)++;
     }
     const struct mstr *src = cJSON_IsString(rc) ? &raw : content;
-    py_strip(buf_cstr(&src->text), &a, &b); /* reasoning_content|trim */
+    pystr_strip(buf_cstr(&src->text), &a, &b); /* reasoning_content|trim */
     put_slice(r, reasoning, src, a, b);
     mstr_free(&raw);
 }
@@ -629,7 +487,7 @@ static int render_assistant(struct render *r, const cJSON *msg, const struct mst
         rc = cs_error_set(r->err, CS_EINVAL, "tool_calls must be an array");
     if (cJSON_IsArray(calls) && calls->child) {
         size_t a = ca, b = cb, k = 0;
-        py_strip(buf_cstr(&content->text), &a, &b);
+        pystr_strip(buf_cstr(&content->text), &a, &b);
         for (const cJSON *tc = calls->child; tc && rc == CS_OK; tc = tc->next, k++)
             rc = render_tool_call(r, out, tc, k, a < b);
     }

@@ -4,6 +4,7 @@
  *   cmpserve bench --kernels [--json] [--device N]
  *   cmpserve bench --model FILE [--prompt-lens 512,2048,8192,32768] [--gen 128]
  *                  [--depths 0,4096,32768] [--chunk 2048] [--json] [--device N]
+ *                  [--no-cuda-graphs]
  *
  * Both modes first run the probes (kernels/cuda/probe.h: read bandwidth, DP4A,
  * FP32 FMA, HFMA2). --kernels then times the matrix kernels (kernels/cuda/
@@ -50,6 +51,7 @@ struct bench_opts {
     int chunk;
     int device;
     bool json;
+    bool no_cuda_graphs;   /* decode steps eager (compare with the default: graphs on) */
 };
 
 static void bench_usage(FILE *out)
@@ -57,7 +59,8 @@ static void bench_usage(FILE *out)
     fprintf(out,
             "usage: cmpserve bench --kernels [--json] [--device N]\n"
             "       cmpserve bench --model FILE [--prompt-lens 512,2048,8192,32768] [--gen 128]\n"
-            "                      [--depths 0,4096,32768] [--chunk 2048] [--json] [--device N]\n");
+            "                      [--depths 0,4096,32768] [--chunk 2048] [--json] [--device N]\n"
+            "                      [--cuda-graphs | --no-cuda-graphs]\n");
 }
 
 static int parse_list(const char *s, int *out, int *n)
@@ -91,6 +94,10 @@ static int bench_parse(struct bench_opts *o, int argc, char **argv)
             o->kernels = true;
         else if (!strcmp(a, "--json"))
             o->json = true;
+        else if (!strcmp(a, "--cuda-graphs") || !strcmp(a, "--cuda-graphs=true"))
+            o->no_cuda_graphs = false;
+        else if (!strcmp(a, "--no-cuda-graphs") || !strcmp(a, "--cuda-graphs=false"))
+            o->no_cuda_graphs = true;
         else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             bench_usage(stdout);
             return -1;
@@ -465,7 +472,7 @@ static int bench_model(const struct bench_opts *o, const struct cuda_probe *p)
     char dev[16];
     snprintf(dev, sizeof dev, "%d", o->device);
     struct cli_session_options so = {.model_path = o->model, .device = dev, .max_tokens = o->chunk,
-                                     .max_ctx = max_ctx + 1};
+                                     .max_ctx = max_ctx + 1, .no_cuda_graphs = o->no_cuda_graphs};
     struct cli_session s;
     struct cs_error err = {0};
     int rc = cli_session_open(&s, &so, &err);

@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "../common/status.h"
+#include "../worker/load_progress.h"
 
 void cli_args_init(struct cli_args *a, int argc, char **argv)
 {
@@ -223,6 +224,8 @@ int cli_session_open(struct cli_session *s, const struct cli_session_options *o,
     }
     if ((rc = session_backend(s, o, err)))
         goto fail;
+    if (o->no_cuda_graphs && s->be->graph_enable)
+        s->be->graph_enable(s->be, false);
     s->m = calloc(1, sizeof *s->m);
     if (!s->m) {
         rc = cs_error_set(err, CS_ENOMEM, "out of memory");
@@ -233,7 +236,9 @@ int cli_session_open(struct cli_session *s, const struct cli_session_options *o,
         cs_error_prefix(err, "%s", o->model_path);
         goto fail;
     }
-    rc = model_load(s->m, s->f, s->be, 0, hp.n_layer, NULL, NULL, err);
+    struct load_progress lp;
+    rc = model_load(s->m, s->f, s->be, 0, hp.n_layer, load_progress_cb, load_progress_begin(&lp),
+                    err);
     if (rc) {
         cs_error_prefix(err, "%s", o->model_path);
         free(s->m);

@@ -84,11 +84,61 @@ static void test_config_json_round_trip(void)
     free(js);
 }
 
+/* cuda_graphs: on by default; off from the file, --no-cuda-graphs or
+ * --cuda-graphs=false; on again from --cuda-graphs; carried in the JSON the
+ * workers get; listed by the usage. */
+static void test_config_cuda_graphs(void)
+{
+    struct cs_config c;
+    struct cs_error err = {0};
+    config_defaults(&c);
+    CHECK(c.cuda_graphs);
+    const char *off = "{\"cuda_graphs\": false}", *bad = "{\"cuda_graphs\": 0}";
+    CHECK_EQ_INT(config_apply_json(&c, off, strlen(off), &err), CS_OK);
+    CHECK(!c.cuda_graphs);
+    CHECK_EQ_INT(config_apply_json(&c, bad, strlen(bad), &err), CS_EINVAL);
+    CHECK(strstr(err.msg, "cuda_graphs") != NULL);
+
+    char *argv1[] = {"x", "--no-cuda-graphs"};
+    config_defaults(&c);
+    CHECK_EQ_INT(config_parse_args(&c, 2, argv1, NULL, NULL, &err), CS_OK);
+    CHECK(!c.cuda_graphs);
+    char *argv2[] = {"x", "--cuda-graphs"};
+    CHECK_EQ_INT(config_parse_args(&c, 2, argv2, NULL, NULL, &err), CS_OK);
+    CHECK(c.cuda_graphs);
+    char *argv3[] = {"x", "--cuda-graphs=false"};
+    CHECK_EQ_INT(config_parse_args(&c, 2, argv3, NULL, NULL, &err), CS_OK);
+    CHECK(!c.cuda_graphs);
+    char *argv4[] = {"x", "--no-cuda-graphs=true"};
+    CHECK_EQ_INT(config_parse_args(&c, 2, argv4, NULL, NULL, &err), CS_EINVAL);
+
+    char *js = config_to_json(&c, false);
+    CHECK(js != NULL && strstr(js, "\"cuda_graphs\":false") != NULL);
+    struct cs_config w;
+    config_defaults(&w);
+    CHECK(w.cuda_graphs);
+    CHECK_EQ_INT(config_apply_json(&w, js, strlen(js), &err), CS_OK);
+    CHECK(!w.cuda_graphs);
+    free(js);
+
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    CHECK(f != NULL);
+    if (f) {
+        config_usage(f);
+        fclose(f);
+        CHECK(text && strstr(text, "--cuda-graphs") != NULL);
+        free(text);
+    }
+}
+
 int main(void)
 {
     RUN(test_config_defaults);
     RUN(test_config_precedence);
     RUN(test_config_errors);
     RUN(test_config_json_round_trip);
+    RUN(test_config_cuda_graphs);
     return test_report();
 }
