@@ -2,6 +2,8 @@
  * weight rows of every supported type to fp32 (see quant.h, cpu.h). */
 #include "quant.h"
 
+#include "../numerics.h"
+
 #include <math.h>
 #include <string.h>
 
@@ -60,14 +62,21 @@ void quant_q8_1_quantize_row(struct block_q8_1 *out, const float *x, int64_t n)
 
 float quant_q8_0_q8_1_dot(const struct block_q8_0 *w, const struct block_q8_1 *x, int64_t n)
 {
-    float sum = 0.0f;
-    for (int64_t b = 0; b < n / QUANT_BLOCK; b++) {
-        int32_t isum = 0;
-        for (int i = 0; i < QUANT_BLOCK; i++)
-            isum += (int32_t)w[b].qs[i] * (int32_t)x[b].qs[i];
-        sum += (cs_half_to_float(w[b].d) * x[b].d) * (float)isum;
+    /* kernels/numerics.h: per-segment sums, added in segment order */
+    float total = 0.0f;
+    int64_t nb = n / QUANT_BLOCK;
+    for (int64_t b0 = 0; b0 < nb; b0 += CS_DOT_SEG_BLOCKS) {
+        int64_t b1 = b0 + CS_DOT_SEG_BLOCKS < nb ? b0 + CS_DOT_SEG_BLOCKS : nb;
+        float p = 0.0f;
+        for (int64_t b = b0; b < b1; b++) {
+            int32_t isum = 0;
+            for (int i = 0; i < QUANT_BLOCK; i++)
+                isum += (int32_t)w[b].qs[i] * (int32_t)x[b].qs[i];
+            p += (cs_half_to_float(w[b].d) * x[b].d) * (float)isum;
+        }
+        total += p;
     }
-    return sum;
+    return total;
 }
 
 size_t cpu_row_bytes(uint32_t type, int64_t n)

@@ -9,6 +9,8 @@
  *   terms s * isum of a few 32-value blocks into shared memory, prefetches
  *   the next round's weights, then thread (token, row) adds the round's
  *   terms in increasing block order. Memory-bound.
+ * - gemv_seg_kernel (gemv_seg.cu): the same for matrices with few row
+ *   groups, K split over blocks by numerics.h segments.
  * - gemm_q8_kernel (prefill): 128 rows x 64 tokens per block through
  *   double-buffered shared memory (register prefetch: no cp.async, sm_70),
  *   each thread 4 rows x 8 tokens, accumulating block by block in order.
@@ -25,49 +27,10 @@
 #include "arch_tiles.h"
 #include "cuda_util.cuh"
 #include "matmul.h"
-
-/* One weight of a fused launch; groups/tiles [unit_begin, next part's). */
-struct mm_part {
-    const int4 *q;        /* repacked quants */
-    const __half *d;      /* repacked scales */
-    float *y;             /* [n_tokens][n_out] */
-    int n_out;
-    int unit_begin;       /* first GEMV group / GEMM row tile of this part */
-};
-
-struct mm_parts {
-    struct mm_part p[CUDA_MATMUL_MAX_WEIGHTS];
-    int n;
-};
-
-static __device__ __forceinline__ int mm_part_find(const struct mm_parts &ps, int unit)
-{
-    int i = 0;
-    while (i + 1 < ps.n && unit >= ps.p[i + 1].unit_begin)
-        i++;
-    return i;
-}
-
-static __device__ __forceinline__ int dot32(int4 a0, int4 a1, int4 b0, int4 b1)
-{
-    int s = __dp4a(a0.x, b0.x, 0);
-    s = __dp4a(a0.y, b0.y, s);
-    s = __dp4a(a0.z, b0.z, s);
-    s = __dp4a(a0.w, b0.w, s);
-    s = __dp4a(a1.x, b1.x, s);
-    s = __dp4a(a1.y, b1.y, s);
-    s = __dp4a(a1.z, b1.z, s);
-    return __dp4a(a1.w, b1.w, s);
-}
+#include "matmul_int.cuh"
+#include "../numerics.h"
 
 /* ---- GEMV ---- */
-
-/* Exact int -> float for |v| < 2^22 (block dots are below 2^20): an integer
- * add and an fp32 subtract instead of the quarter-rate I2F conversion. */
-static __device__ __forceinline__ float i2f_exact(int v)
-{
-    return __fsub_rn(__int_as_float(0x4B400000 + v), 12582912.0f);
-}
 
 #define GEMV_XS_U 8   /* x blocks per warp loaded together by the quantizing prologue */
 
@@ -91,7 +54,7 @@ static __global__ void __launch_bounds__(NT <= 2 ? 512 : 256, NT <= 2 ? MM_GEMV_
     const int4 *qg = ps.p[pi].q + (size_t)g * nb * 64;
     const __half *dg = ps.p[pi].d + (size_t)g * nb * 32;
     int t_own = threadIdx.x >> 5;      /* serial phase: token t_own, row lane */
-    float acc = 0.0f;
+    float acc = 0.0f, tot = 0.0f;      /* this segment's sum, the segments' so far */
     int4 wv0[BPW], wv1[BPW];
     float wd[BPW];
 
@@ -175,7 +138,12 @@ static __global__ void __launch_bounds__(NT <= 2 ? 512 : 256, NT <= 2 ? MM_GEMV_
         if (t_own < NT) {
             int cn = nb - c0 < C ? nb - c0 : C, k = 0;
             const float *tp = tb + t_own * 32 + lane;
+            /* c0 and k are multiples of 8, so are the segment starts */
             for (; k + 8 <= cn; k += 8) {
+                if ((c0 + k) % CS_DOT_SEG_BLOCKS == 0 && c0 + k > 0) {
+                    tot = __fadd_rn(tot, acc);
+                    acc = 0.0f;
+                }
                 float v[8];
 #pragma unroll
                 for (int u = 0; u < 8; u++)
@@ -184,14 +152,19 @@ static __global__ void __launch_bounds__(NT <= 2 ? 512 : 256, NT <= 2 ? MM_GEMV_
                 for (int u = 0; u < 8; u++)
                     acc = __fadd_rn(acc, v[u]);
             }
-            for (; k < cn; k++)
+            for (; k < cn; k++) {
+                if ((c0 + k) % CS_DOT_SEG_BLOCKS == 0 && c0 + k > 0) {
+                    tot = __fadd_rn(tot, acc);
+                    acc = 0.0f;
+                }
                 acc = __fadd_rn(acc, tp[k * NT * 32]);
+            }
         }
     }
     if (t_own < NT) {
         int row = g * 32 + lane;
         if (row < ps.p[pi].n_out)
-            ps.p[pi].y[(size_t)t_own * ps.p[pi].n_out + row] = acc;
+            ps.p[pi].y[(size_t)t_own * ps.p[pi].n_out + row] = __fadd_rn(tot, acc);
     }
 }
 
@@ -265,6 +238,31 @@ static __device__ __forceinline__ void gemm_store(struct gemm_smem &sm, int buf,
         sm.bd[buf][tid / BN][tid % BN] = r.bd;
 }
 
+/* End of a segment (numerics.h): y = (first ? 0 : y) + acc for this thread's
+ * outputs, acc = 0. The running total lives in y (global memory, read back
+ * only by the thread that wrote it) to keep registers for the tile; every
+ * index is recomputed here from the block and thread ids and the kernel
+ * parameters, so nothing extra stays live across the K loop. */
+static __device__ __forceinline__ void gemm_fold(float (&acc)[4][8], const struct mm_parts &ps,
+                                                 int n_tokens, bool first)
+{
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    int pi = mm_part_find(ps, blockIdx.x);
+    int tile = blockIdx.x - ps.p[pi].unit_begin, n_out = ps.p[pi].n_out;
+    int tok0 = blockIdx.y * BN + warp * 8;
+#pragma unroll
+    for (int t = 0; t < 8; t++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            int row = tile * BM + lane + 32 * i;
+            if (tok0 + t < n_tokens && row < n_out) {
+                float *yp = ps.p[pi].y + (size_t)(tok0 + t) * n_out + row;
+                *yp = __fadd_rn(first ? 0.0f : *yp, acc[i][t]);
+            }
+            acc[i][t] = 0.0f;
+        }
+}
+
 static __global__ void __launch_bounds__(MM_GEMM_THREADS, MM_GEMM_MIN_BLOCKS) gemm_q8_kernel(struct mm_parts ps,
                                                                         const int8_t *xq,
                                                                         const float *xd, int n_in,
@@ -334,22 +332,12 @@ static __global__ void __launch_bounds__(MM_GEMM_THREADS, MM_GEMM_MIN_BLOCKS) ge
                 for (int t = 0; t < 8; t++)
                     acc[i][t] = __fadd_rn(acc[i][t], __fmul_rn(__fmul_rn(da[i], db[t]), i2f_exact(isum[i][t])));
         }
+        /* CS_DOT_SEG_BLOCKS is a multiple of KB: segments end at stage ends */
+        if (((s + 1) * KB) % CS_DOT_SEG_BLOCKS == 0 || s + 1 == n_stages)
+            gemm_fold(acc, ps, n_tokens, (s + 1) * KB <= CS_DOT_SEG_BLOCKS);
         if (s + 1 < n_stages)
             gemm_store(sm, buf ^ 1, r);
         __syncthreads();
-    }
-    float *y = ps.p[pi].y;
-#pragma unroll
-    for (int t = 0; t < 8; t++) {
-        int tok = t0 + warp * 8 + t;
-        if (tok >= n_tokens)
-            continue;
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            int row = tile * BM + lane + 32 * i;
-            if (row < n_out)
-                y[(size_t)tok * n_out + row] = acc[i][t];
-        }
     }
 }
 
@@ -477,10 +465,18 @@ static int matmul_q8(int n, float *const *ys, const struct cs_weight *const *ws,
     int n_in = (int)ws[0]->n_in, nb = n_in / 32;
     bool gemm = kernel == CUDA_MM_GEMM ||
                 (kernel == CUDA_MM_AUTO && n_tokens > tiles->gemv_max_tokens);
+    int all_groups = 0;
+    for (int i = 0; i < n; i++)
+        all_groups += (int)((ws[i]->n_out + 31) / 32);
+    /* the segmented GEMV when the row groups alone cannot fill the GPU
+     * (gemv_seg.cu); the plain one for long matrices (the LM head) */
+    bool seg = !gemm && (kernel == CUDA_MM_GEMV_SEG ||
+                         (kernel == CUDA_MM_AUTO && all_groups <= gemv_seg_max_units() &&
+                          nb > CS_DOT_SEG_BLOCKS));
     bool need_scratch = gemm;
     for (int t0 = 0; !gemm && t0 < n_tokens; t0 += MM_GEMV_MAX_TOKENS) {
         int nt = n_tokens - t0 < MM_GEMV_MAX_TOKENS ? n_tokens - t0 : MM_GEMV_MAX_TOKENS, warps;
-        if (!gemv_plan(tiles, nt, n_in, &warps))
+        if (!gemv_plan(tiles, nt, n_in, &warps) || (seg && nt > 1))
             need_scratch = true;
     }
     const int8_t *xq = (const int8_t *)scratch;
@@ -520,6 +516,17 @@ static int matmul_q8(int n, float *const *ys, const struct cs_weight *const *ws,
         for (int i = 0; i < n; i++)
             pt.p[i].y = ys[i] + (size_t)t0 * ws[i]->n_out;
         const float *xt = x + (size_t)t0 * n_in;
+        if (seg) {
+            cudaError_t e = gemv_seg_launch(nt, pt, units, xt, xq + (size_t)t0 * n_in,
+                                            xd + (size_t)t0 * nb, n_in, nb, nt == 1 && xs, s);
+            if (e == cudaSuccess)
+                continue;
+            if (kernel == CUDA_MM_GEMV_SEG || e != cudaErrorNotReady) {
+                LOG_ERROR("matmul", "gemv_seg launch failed: %s", cudaGetErrorString(e));
+                return CS_ECUDA;
+            }
+            /* no workspace now (capturing): the plain GEMV, same result */
+        }
         cudaError_t e = xs ? gemv_launch<true>(nt, pt, units, xt, NULL, NULL, n_in, nb, warps, s)
                            : gemv_launch<false>(nt, pt, units, xt, xq + (size_t)t0 * n_in,
                                                 xd + (size_t)t0 * nb, n_in, nb, warps, s);

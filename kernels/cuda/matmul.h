@@ -26,12 +26,13 @@
  *   (kernels/cpu/quant.h's rule): amax = max |x|, d = amax / 127 (fp32),
  *   q = round-half-away-from-zero(x / d) with a correctly rounded division,
  *   q = 0 when amax == 0.
- * - Q8_0 output element y[t][r]: acc = 0.0f; for block b = 0, 1, ... in
- *   increasing order: isum = exact int32 dot of the 32 int8 pairs;
- *   s = fp32(d_w[r][b]) * d_x[t][b]; acc = acc + s * (float)isum (each
- *   operation rounded separately, no fused multiply-add). Every kernel (GEMV
- *   for few tokens, GEMM for many) follows this order, so y[t] is bitwise
- *   independent of n_tokens and of the other tokens and weights in the call.
+ * - Q8_0 output element y[t][r]: the segmented order of kernels/numerics.h
+ *   (per segment of 32 blocks p = sum of s * (float)isum in block order,
+ *   s = fp32(d_w[r][b]) * d_x[t][b]; y = sum of the p in segment order; each
+ *   operation rounded separately, no fused multiply-add). Every kernel (plain
+ *   and segmented GEMV for few tokens, GEMM for many) follows this order, so
+ *   y[t] is bitwise independent of n_tokens and of the other tokens and
+ *   weights in the call.
  * - F16/F32 weights use fp32 x directly: per output a fixed-order sum (lane
  *   l of a warp sums k = l, l+32, ... with FMA, then a fixed xor-shuffle
  *   tree), the same for every n_tokens; not bit-equal to a CPU loop. */
@@ -89,7 +90,11 @@ size_t cuda_q8_1_scales_offset(int64_t n_in, int n_tokens);
 
 /* Kernel choice for Q8_0, for benches and tests: CUDA_MM_AUTO picks by shape
  * and n_tokens (all choices give bitwise equal results). */
-enum cuda_mm_kernel { CUDA_MM_AUTO = 0, CUDA_MM_GEMV = 1, CUDA_MM_GEMM = 2 };
+enum cuda_mm_kernel { CUDA_MM_AUTO = 0, CUDA_MM_GEMV = 1, CUDA_MM_GEMM = 2, CUDA_MM_GEMV_SEG = 3 };
+
+/* Free the segmented GEMV's workspace kept for stream (call before
+ * destroying the stream; a later call on it allocates again). */
+void cuda_matmul_release_stream(struct CUstream_st *stream);
 
 /* cuda_matmul with the Q8_0 kernel forced (tests: GEMV == GEMM bitwise). */
 int cuda_matmul_with(int n, float *const *ys, const struct cs_weight *const *ws, const float *x,

@@ -508,6 +508,7 @@ static void cu_destroy(struct cs_backend *be)
         cuda_mem_generation_bump();
         cudaFree(c->attn_part);
         cudaFree(c->mm_scratch);
+        cuda_matmul_release_stream(c->stream);
         cudaFree(c->d_sample);
         cudaFreeHost(c->h_sample);
         cudaFree(c->d_stage);

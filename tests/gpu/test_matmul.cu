@@ -20,6 +20,7 @@
 #include "../../common/gguf.h"
 #include "../../common/half.h"
 #include "../../kernels/cuda/matmul.h"
+#include "../../kernels/numerics.h"
 #include "../test_util.h"
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
@@ -85,6 +86,7 @@ struct ref_out {
 static struct ref_out ref_dot(const uint8_t *w, int64_t row, int64_t nb, const int8_t *xq, const float *xd)
 {
     struct ref_out r = {0.0f, 0.0, 0.0};
+    volatile float seg = 0.0f;
     double mag = 0.0;
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *blk = w + (row * nb + b) * 34;
@@ -96,7 +98,11 @@ static struct ref_out ref_dot(const uint8_t *w, int64_t row, int64_t nb, const i
             isum += (int)(int8_t)blk[2 + j] * (int)xq[b * 32 + j];
         volatile float s = dw * xd[b];
         volatile float term = s * (float)isum;
-        r.canon = r.canon + term;
+        if (b % CS_DOT_SEG_BLOCKS == 0)   /* kernels/numerics.h: a new segment */
+            seg = 0.0f;
+        seg = seg + term;
+        if ((b + 1) % CS_DOT_SEG_BLOCKS == 0 || b + 1 == nb)
+            r.canon = r.canon + seg;
         r.exact += (double)dw * (double)xd[b] * (double)isum;
         mag += fabs((double)dw * (double)xd[b] * (double)isum);
     }
@@ -211,6 +217,9 @@ static void test_matmul_q8_small_shapes(void)
     check_q8(96, 48, 3, 1, CUDA_MM_GEMM);
     check_q8(1024, 300, 11, 1, CUDA_MM_GEMV);
     check_q8(1024, 300, 70, 1, CUDA_MM_GEMM);
+    check_q8(1056, 300, 1, 1, CUDA_MM_GEMV_SEG);  /* 33 blocks: a 1-block last segment */
+    check_q8(1056, 300, 5, 1, CUDA_MM_GEMV);
+    check_q8(96, 48, 3, 1, CUDA_MM_GEMV_SEG);     /* one segment: written directly */
 }
 
 static void test_matmul_q8_9b_shapes(void)
@@ -218,6 +227,8 @@ static void test_matmul_q8_9b_shapes(void)
     check_q8(4096, 8192, 1, 37, CUDA_MM_GEMV);     /* GDN qkv */
     check_q8(12288, 4096, 4, 53, CUDA_MM_GEMV);    /* ffn_down */
     check_q8(4096, 12288, 130, 301, CUDA_MM_GEMM); /* ffn_gate, a prefill chunk */
+    check_q8(4096, 4096, 1, 7, CUDA_MM_GEMV_SEG);  /* ssm_out, x quantized in shared memory */
+    check_q8(12288, 4096, 7, 53, CUDA_MM_GEMV_SEG);/* ffn_down, 7 tokens from scratch */
 }
 
 static void test_matmul_q8_27b_shapes(void)
@@ -226,6 +237,8 @@ static void test_matmul_q8_27b_shapes(void)
     check_q8(17408, 5120, 65, 97, CUDA_MM_GEMM);   /* ffn_down */
     check_q8(17408, 5120, 8, 97, CUDA_MM_GEMV);    /* x too large for shared memory: scratch path */
     check_q8(5120, 48, 1, 1, CUDA_MM_GEMV);        /* ssm_beta: Hv = 48 rows */
+    check_q8(17408, 5120, 1, 97, CUDA_MM_GEMV_SEG);/* ffn_down, 17 segments */
+    check_q8(17408, 5120, 8, 97, CUDA_MM_GEMV_SEG);
 }
 
 /* GEMV and GEMM bitwise equal, and a token's output independent of n_tokens. */
@@ -248,7 +261,7 @@ static void test_matmul_batch_invariance(void)
     float *ref = download(da, n_out * nmax);
     const int ns[] = {1, 2, 7, 8, 9, 16, 17, 33, 64, 65, 100};
     for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++) {
-        for (int k = 0; k < 3; k++) {
+        for (int k = 0; k < 4; k++) {   /* auto, GEMV, GEMM, segmented GEMV */
             CK(cudaMemset(db, 0xff, n_out * nmax * sizeof(float)));
             CHECK_EQ_INT(cuda_matmul_with(1, yb, ws, dx, ns[i], scr, sb, NULL, (enum cuda_mm_kernel)k), CS_OK);
             float *got = download(db, n_out * ns[i]);

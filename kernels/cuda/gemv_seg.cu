@@ -1,0 +1,272 @@
+/* gemv_seg.cu - the segmented decode GEMV: y = W x for 1..8 tokens with the
+ * K dimension split over blocks, one block per (row group of 32, segment of
+ * CS_DOT_SEG_BLOCKS 32-value blocks).
+ *
+ * Why: the plain GEMV (matmul.cu) gives each 32-row group one block that
+ * walks all of K, so a 4096 x 4096 matrix has 128 blocks, one per SM, each
+ * streaming its rows in dependent rounds: 37% of read bandwidth on an H200.
+ * Here the same matrix has 512 small blocks whose loads are all issued at
+ * their start, several blocks per SM.
+ *
+ * Numerics (kernels/numerics.h): each block sums its segment's block terms
+ * in increasing order into p; p goes to a per-stream workspace; the last
+ * block of a row group to finish (an atomic ticket per group, reset by that
+ * block for the next launch or graph replay) adds the groups' p in segment
+ * order. So the result is bitwise the plain GEMV's and the GEMM's. */
+#include <pthread.h>
+
+#include "../../common/log.h"
+#include "../numerics.h"
+#include "cuda_util.cuh"
+#include "arch_tiles.h"
+#include "matmul_int.cuh"
+#include "ops_cuda.cuh"
+
+#define SEG CS_DOT_SEG_BLOCKS
+#define SEG_WARPS 8
+#define SEG_BPW (SEG / SEG_WARPS)   /* 32-value blocks per warp: 4 */
+#define SEG_THREADS (SEG_WARPS * 32)
+#define SEG_MAX_UNITS 1024           /* row groups per launch (tickets in the workspace) */
+
+template <int NT, bool XS>
+static __global__ void __launch_bounds__(SEG_THREADS, 4)
+    gemv_seg_kernel(struct mm_parts ps, int n_seg, const float *x, const int8_t *xq,
+                    const float *xd, int n_in, int nb, float *part, int *tickets)
+{
+    __shared__ float terms[SEG][NT][32];
+    __shared__ __align__(16) int8_t xs[XS ? NT * SEG * 32 : 16];
+    __shared__ float xds[XS ? NT * SEG : 1];
+    __shared__ int s_last;
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    int unit = blockIdx.x / n_seg, seg = blockIdx.x - unit * n_seg;
+    int pi = mm_part_find(ps, unit);
+    int g = unit - ps.p[pi].unit_begin;
+    const int4 *qg = ps.p[pi].q + (size_t)g * nb * 64;
+    const __half *dg = ps.p[pi].d + (size_t)g * nb * 32;
+    int b0 = seg * SEG, cn = nb - b0 < SEG ? nb - b0 : SEG;
+
+    /* this block's weights in flight first */
+    int4 wv0[SEG_BPW], wv1[SEG_BPW];
+    float wd[SEG_BPW];
+#pragma unroll
+    for (int j = 0; j < SEG_BPW; j++) {
+        int b = b0 + warp * SEG_BPW + j;
+        if (b < nb) {
+            wv0[j] = __ldg(qg + (size_t)b * 64 + lane);
+            wv1[j] = __ldg(qg + (size_t)b * 64 + 32 + lane);
+            wd[j] = __half2float(dg[(size_t)b * 32 + lane]);
+        }
+    }
+    if (XS) {   /* quantize this segment of x (NT tokens) into shared memory */
+        const int per_warp = (NT * SEG + SEG_WARPS - 1) / SEG_WARPS;
+        float xv[per_warp];
+#pragma unroll
+        for (int u = 0; u < per_warp; u++) {
+            int i = warp + u * SEG_WARPS, t = i / SEG, k = i - t * SEG;
+            xv[u] = (t < NT && k < cn) ? __ldg(x + (size_t)t * n_in + (size_t)(b0 + k) * 32 + lane)
+                                       : 0.0f;
+        }
+#pragma unroll
+        for (int u = 0; u < per_warp; u++) {
+            int i = warp + u * SEG_WARPS, t = i / SEG, k = i - t * SEG;
+            if (t < NT && k < cn) {
+                float d;
+                int q = cuda_q8_1_quantize_lane(xv[u], &d);
+                xs[(t * SEG + k) * 32 + lane] = (int8_t)q;
+                if (lane == 0)
+                    xds[t * SEG + k] = d;
+            }
+        }
+        __syncthreads();
+    }
+#pragma unroll
+    for (int j = 0; j < SEG_BPW; j++) {
+        int k = warp * SEG_BPW + j, b = b0 + k;
+        if (k >= cn)
+            break;
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            int4 x0, x1;
+            float dx;
+            if (XS) {
+                const int4 *xv = (const int4 *)(xs + (t * SEG + k) * 32);
+                x0 = xv[0];
+                x1 = xv[1];
+                dx = xds[t * SEG + k];
+            } else {
+                const int4 *xv = (const int4 *)(xq + (size_t)t * n_in + (size_t)b * 32);
+                x0 = __ldg(xv);
+                x1 = __ldg(xv + 1);
+                dx = __ldg(xd + (size_t)t * nb + b);
+            }
+            int isum = dot32(wv0[j], wv1[j], x0, x1);
+            terms[k][t][lane] = __fmul_rn(__fmul_rn(wd[j], dx), i2f_exact(isum));
+        }
+    }
+    __syncthreads();
+    int t_own = warp;   /* serial phase: token t_own, row lane */
+    float p = 0.0f;
+    if (t_own < NT) {
+        int k = 0;
+        for (; k + 8 <= cn; k += 8) {
+            float v[8];
+#pragma unroll
+            for (int u = 0; u < 8; u++)
+                v[u] = terms[k + u][t_own][lane];
+#pragma unroll
+            for (int u = 0; u < 8; u++)
+                p = __fadd_rn(p, v[u]);
+        }
+        for (; k < cn; k++)
+            p = __fadd_rn(p, terms[k][t_own][lane]);
+    }
+    int row = g * 32 + lane, n_out = ps.p[pi].n_out;
+    float *y = ps.p[pi].y;
+    if (n_seg == 1) {
+        if (t_own < NT && row < n_out)
+            y[(size_t)t_own * n_out + row] = __fadd_rn(0.0f, p);
+        return;
+    }
+    if (t_own < NT)
+        __stcg(part + ((size_t)blockIdx.x * NT + t_own) * 32 + lane, p);
+    __threadfence();   /* p visible device-wide before the ticket */
+    __syncthreads();
+    if (threadIdx.x == 0)
+        s_last = atomicAdd(tickets + unit, 1) == n_seg - 1;
+    __syncthreads();
+    if (!s_last)
+        return;
+    __threadfence();
+    if (t_own < NT) {
+        float tot = 0.0f;
+        const float *pp = part + ((size_t)unit * n_seg * NT + t_own) * 32 + lane;
+        for (int sg = 0; sg < n_seg; sg++)
+            tot = __fadd_rn(tot, __ldcg(pp + (size_t)sg * NT * 32));
+        if (row < n_out)
+            y[(size_t)t_own * n_out + row] = tot;
+    }
+    if (threadIdx.x == 0)
+        tickets[unit] = 0;   /* ready for the next launch */
+}
+
+/* ---- per-stream workspace: tickets [SEG_MAX_UNITS] ints, then partials ---- */
+
+struct seg_ws {
+    int dev;
+    cudaStream_t stream;
+    void *buf;
+    size_t cap;
+};
+
+#define SEG_WS_MAX 32
+static struct seg_ws g_ws[SEG_WS_MAX];
+static int g_ws_n;
+static pthread_mutex_t g_ws_mu = PTHREAD_MUTEX_INITIALIZER;
+
+/* The workspace of (current device, s) with >= part_floats partials; grows
+ * it when needed, never while s is being captured into a graph (a decode
+ * step is always run eagerly before it is recorded, so the size is known).
+ * The caller sizes it for the most tokens a launch can take, so it grows only
+ * with n_in (within a model's first decode step); a growth bumps the memory
+ * generation so that recorded graphs holding the old pointer are re-recorded. */
+static cudaError_t seg_workspace(cudaStream_t s, size_t part_floats, float **part, int **tickets)
+{
+    int dev = 0;
+    cudaGetDevice(&dev);
+    size_t need = SEG_MAX_UNITS * sizeof(int) + part_floats * sizeof(float);
+    cudaError_t e = cudaSuccess;
+    pthread_mutex_lock(&g_ws_mu);
+    struct seg_ws *w = NULL;
+    for (int i = 0; i < g_ws_n && !w; i++)
+        if (g_ws[i].dev == dev && g_ws[i].stream == s)
+            w = &g_ws[i];
+    if (!w && g_ws_n < SEG_WS_MAX) {
+        w = &g_ws[g_ws_n++];
+        w->dev = dev;
+        w->stream = s;
+        w->buf = NULL;
+        w->cap = 0;
+    }
+    if (!w) {
+        e = cudaErrorNotReady;
+    } else if (w->cap < need) {
+        cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+        if (cudaStreamIsCapturing(s, &st) != cudaSuccess || st != cudaStreamCaptureStatusNone) {
+            e = cudaErrorNotReady;
+        } else {
+            if (w->buf) {
+                cudaStreamSynchronize(s);   /* queued launches may still use it */
+                cudaFree(w->buf);
+                w->buf = NULL;
+                w->cap = 0;
+            }
+            size_t cap = need + need / 4;
+            cuda_mem_generation_bump();
+            if ((e = cudaMalloc(&w->buf, cap)) == cudaSuccess &&
+                (e = cudaMemsetAsync(w->buf, 0, SEG_MAX_UNITS * sizeof(int), s)) == cudaSuccess)
+                w->cap = cap;
+        }
+    }
+    if (e == cudaSuccess) {
+        *tickets = (int *)w->buf;
+        *part = (float *)((char *)w->buf + SEG_MAX_UNITS * sizeof(int));
+    }
+    pthread_mutex_unlock(&g_ws_mu);
+    return e;
+}
+
+extern "C" void cuda_matmul_release_stream(struct CUstream_st *stream)
+{
+    int dev = 0;
+    cudaGetDevice(&dev);
+    pthread_mutex_lock(&g_ws_mu);
+    for (int i = 0; i < g_ws_n; i++)
+        if (g_ws[i].dev == dev && g_ws[i].stream == (cudaStream_t)stream) {
+            cudaFree(g_ws[i].buf);
+            g_ws[i] = g_ws[--g_ws_n];
+            break;
+        }
+    pthread_mutex_unlock(&g_ws_mu);
+}
+
+template <int NT, bool XS>
+static cudaError_t seg_launch_nt(const struct mm_parts &ps, int units, int n_seg, const float *x,
+                                 const int8_t *xq, const float *xd, int n_in, int nb, float *part,
+                                 int *tickets, cudaStream_t s)
+{
+    gemv_seg_kernel<NT, XS><<<units * n_seg, SEG_THREADS, 0, s>>>(ps, n_seg, x, xq, xd, n_in, nb,
+                                                                part, tickets);
+    return cudaGetLastError();
+}
+
+cudaError_t gemv_seg_launch(int nt, const struct mm_parts &ps, int units, const float *x,
+                            const int8_t *xq, const float *xd, int n_in, int nb, bool xs,
+                            cudaStream_t s)
+{
+    int n_seg = (nb + SEG - 1) / SEG;
+    if (units > SEG_MAX_UNITS || nt < 1 || nt > MM_GEMV_MAX_TOKENS || (xs && nt != 1))
+        return cudaErrorInvalidValue;
+    float *part = NULL;
+    int *tickets = NULL;
+    cudaError_t e = seg_workspace(s, (size_t)SEG_MAX_UNITS * n_seg * MM_GEMV_MAX_TOKENS * 32, &part,
+                                  &tickets);
+    if (e != cudaSuccess)
+        return e;
+    if (xs)
+        return seg_launch_nt<1, true>(ps, units, n_seg, x, xq, xd, n_in, nb, part, tickets, s);
+    switch (nt) {
+    case 1: return seg_launch_nt<1, false>(ps, units, n_seg, x, xq, xd, n_in, nb, part, tickets, s);
+    case 2: return seg_launch_nt<2, false>(ps, units, n_seg, x, xq, xd, n_in, nb, part, tickets, s);
+    case 3: return seg_launch_nt<3, false>(ps, units, n_seg, x, xq, xd, n_in, nb, part, tickets, s);
+    case 4: return seg_launch_nt<4, false>(ps, units, n_seg, x, xq, xd, n_in, nb, part, tickets, s);
+    case 5: return seg_launch_nt<5, false>(ps, units, n_seg, x, xq, xd, n_in, nb, part, tickets, s);
+    case 6: return seg_launch_nt<6, false>(ps, units, n_seg, x, xq, xd, n_in, nb, part, tickets, s);
+    case 7: return seg_launch_nt<7, false>(ps, units, n_seg, x, xq, xd, n_in, nb, part, tickets, s);
+    default: return seg_launch_nt<8, false>(ps, units, n_seg, x, xq, xd, n_in, nb, part, tickets, s);
+    }
+}
+
+int gemv_seg_max_units(void)
+{
+    return SEG_MAX_UNITS;
+}

@@ -1,0 +1,66 @@
+/* matmul_int.cuh - what the Q8_0 matrix kernels share (matmul.cu,
+ * gemv_seg.cu): the description of a fused launch over several weights and
+ * the exact block dot product. Internal to kernels/cuda. */
+#ifndef CS_CUDA_MATMUL_INT_CUH
+#define CS_CUDA_MATMUL_INT_CUH
+
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "matmul.h"
+
+/* One weight of a fused launch; groups/tiles [unit_begin, next part's). */
+struct mm_part {
+    const int4 *q;        /* repacked quants */
+    const __half *d;      /* repacked scales */
+    float *y;             /* [n_tokens][n_out] */
+    int n_out;
+    int unit_begin;       /* first GEMV group / GEMM row tile of this part */
+};
+
+struct mm_parts {
+    struct mm_part p[CUDA_MATMUL_MAX_WEIGHTS];
+    int n;
+};
+
+static __device__ __forceinline__ int mm_part_find(const struct mm_parts &ps, int unit)
+{
+    int i = 0;
+    while (i + 1 < ps.n && unit >= ps.p[i + 1].unit_begin)
+        i++;
+    return i;
+}
+
+static __device__ __forceinline__ int dot32(int4 a0, int4 a1, int4 b0, int4 b1)
+{
+    int s = __dp4a(a0.x, b0.x, 0);
+    s = __dp4a(a0.y, b0.y, s);
+    s = __dp4a(a0.z, b0.z, s);
+    s = __dp4a(a0.w, b0.w, s);
+    s = __dp4a(a1.x, b1.x, s);
+    s = __dp4a(a1.y, b1.y, s);
+    s = __dp4a(a1.z, b1.z, s);
+    return __dp4a(a1.w, b1.w, s);
+}
+
+/* Exact int -> float for |v| < 2^22 (block dots are below 2^20): an integer
+ * add and an fp32 subtract instead of the quarter-rate I2F conversion. */
+static __device__ __forceinline__ float i2f_exact(int v)
+{
+    return __fsub_rn(__int_as_float(0x4B400000 + v), 12582912.0f);
+}
+
+/* Launch the segmented GEMV (gemv_seg.cu) for nt <= MM_GEMV_MAX_TOKENS
+ * tokens over units row groups of 32, n_seg = ceil(nb / MM_SEG_BLOCKS)
+ * segments each. xs: quantize x in shared memory (x fp32) instead of
+ * reading xq/xd. Returns cudaErrorNotReady when the stream's workspace
+ * cannot be prepared now (the caller then uses another kernel). */
+cudaError_t gemv_seg_launch(int nt, const struct mm_parts &ps, int units, const float *x,
+                            const int8_t *xq, const float *xd, int n_in, int nb, bool xs,
+                            cudaStream_t s);
+
+/* Row groups one segmented launch may take (its workspace's tickets). */
+int gemv_seg_max_units(void);
+
+#endif

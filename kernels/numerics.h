@@ -1,0 +1,25 @@
+/* numerics.h - the summation order every backend uses for a Q8_0 x Q8_1 dot
+ * product, so that the CPU int8 path, the CUDA GEMV (plain and segmented) and
+ * the CUDA GEMM give bitwise equal results for any batch.
+ *
+ * y = W x for one row over nb = n_in / 32 blocks of 32 values:
+ *   total = 0.0f
+ *   for each segment k = 0, 1, ... of CS_DOT_SEG_BLOCKS consecutive blocks
+ *   (the last one may be shorter):
+ *       p = 0.0f
+ *       for each block b of the segment, in increasing order:
+ *           isum = exact int32 dot of the 32 int8 pairs
+ *           p = p + (fp32(d_w[b]) * d_x[b]) * (float)isum
+ *       total = total + p
+ * with every operation rounded separately (no fused multiply-add).
+ *
+ * Why segments: a decode GEMV over a short matrix (4096 x 4096) has too few
+ * row groups to fill a GPU; with a fixed segment order the K dimension can
+ * be split over blocks (one per segment) and the partial sums added in
+ * segment order, which any kernel can reproduce. */
+#ifndef CS_KERNELS_NUMERICS_H
+#define CS_KERNELS_NUMERICS_H
+
+#define CS_DOT_SEG_BLOCKS 32   /* 1024 values per segment */
+
+#endif
