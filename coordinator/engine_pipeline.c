@@ -196,6 +196,7 @@ static void ep_workers_stop(struct ep_engine *e)
 /* Everything but the uv handles and e itself. */
 void ep_release(struct ep_engine *e)
 {
+    ep_timing_log(e);
     ep_workers_stop(e);
     for (int s = 0; s < SUP_MAX_STAGES; s++)
         if (e->steps && s < e->n_stages)

@@ -66,6 +66,14 @@ struct ep_step {
     struct ep_req **reqs;              /* [max_seqs] */
     int *n_tok;
     bool *sample;
+    int64_t t_send_us;                 /* when it went to stage 0 (CLOCK_MONOTONIC) */
+};
+
+/* Sums over the steps completed (engine_pipeline_sched.c, step_timing_add). */
+struct ep_timing {
+    uint64_t steps;
+    uint64_t wall_us, max_wall_us;     /* send to STEP_DONE */
+    uint64_t compute_us, copy_us;      /* what the stages report, summed over stages */
 };
 
 struct ep_worker {
@@ -118,6 +126,7 @@ struct ep_engine {
     struct msg_seq *mseq;
     uint64_t prompt_tokens_total, gen_tokens_total;
     double decode_tok_s, prefill_tok_s;
+    struct ep_timing timing;
     /* recovery (engine_pipeline_recover.c) */
     bool recovering;                   /* a stage is down: steps paused, requests kept */
     int worker_threads;                /* --threads of spawned workers */
@@ -186,6 +195,9 @@ void ep_req_free(struct ep_req *r);
 struct ep_worker *ep_worker_of_peer(struct ep_engine *e, const char *peer);
 /* Fail every request and refuse new ones: "degraded: <why>". */
 void ep_degrade(struct ep_engine *e, const char *why);
+/* Log (info) where the steps' time went: stages' compute and copies, and
+ * the rest (messages, wake-ups), per step and per hop. */
+void ep_timing_log(const struct ep_engine *e);
 /* Calls shutdown_done when shutting down and nothing is live. */
 void ep_shutdown_check(struct ep_engine *e);
 

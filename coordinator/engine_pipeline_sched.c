@@ -22,6 +22,13 @@ static int64_t now_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+static int64_t now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
 /* ---- lists ---- */
 
 static void list_remove(struct ep_req **head, struct ep_req **tail, struct ep_req *r)
@@ -213,12 +220,13 @@ static struct ep_step *step_free_entry(struct ep_engine *e)
 static void step_fail(struct ep_engine *e, struct ep_step *st, int status, const char *msg);
 
 /* Plan one step over the running sequences not in flight and send it.
- * Returns false when there was nothing to send. */
-static bool sched_step_send(struct ep_engine *e)
+ * Returns 1 when sent, 0 when there was nothing to send, -1 when the send
+ * failed (the step's requests are failed). */
+static int sched_step_send(struct ep_engine *e)
 {
     struct ep_step *st = step_free_entry(e);
     if (!st)
-        return false;
+        return 0;
     int n_idle = 0;
     for (struct ep_req *r = e->run_head; r; r = r->next)
         if (!r->inflight && !r->cancel) {
@@ -228,7 +236,7 @@ static bool sched_step_send(struct ep_engine *e)
     struct sched_limits lim = {.step_tokens = e->budget, .prefill_chunk = e->chunk};
     int n_ent = sched_plan(e->sseq, n_idle, &lim, e->ent);
     if (n_ent == 0)
-        return false;
+        return 0;
     struct msg m;
     e->next_step_id = (e->next_step_id + 1) & 0xffffffffu;
     msg_init(&m, MSG_STEP, ((uint64_t)e->epoch << 32) | e->next_step_id, MSG_SENDER_COORD);
@@ -251,6 +259,7 @@ static bool sched_step_send(struct ep_engine *e)
                                  .seqs = e->mseq};
     st->id = m.h.step_id;
     st->n = n_ent;
+    st->t_send_us = now_us();
     e->n_inflight++;
     char peer[TRANSPORT_PEER_MAX];
     snprintf(peer, sizeof peer, "w%d", e->workers[0].id);
@@ -261,7 +270,7 @@ static bool sched_step_send(struct ep_engine *e)
                   (unsigned long long)m.h.step_id, err.msg);
         step_fail(e, st, rc, "cannot send the step to stage 0");
     }
-    return rc == CS_OK;
+    return rc == CS_OK ? 1 : -1;
 }
 
 void ep_tick(struct ep_engine *e)
@@ -271,10 +280,13 @@ void ep_tick(struct ep_engine *e)
         return;
     sched_admit(e);
     bool sent = false;
-    while (e->n_inflight < e->n_stages && sched_step_send(e))
-        sent = true;
+    int rc = 1;
+    while (rc > 0 && e->n_inflight < e->n_stages) {
+        rc = sched_step_send(e);
+        sent = sent || rc != 0;
+    }
     if (sent)
-        ep_drain(e);   /* a send may consume the ZMQ_FD edge */
+        ep_drain(e);   /* a send, even a failed one, may consume the ZMQ_FD edge */
 }
 
 static void on_kick(uv_timer_t *t)
@@ -352,6 +364,38 @@ static void seq_sampled(struct ep_engine *e, struct ep_req *r, const struct cs_s
         ep_req_finish(e, r, ENGINE_FINISH_LENGTH, CS_OK, NULL);
 }
 
+/* Where a step's wall time went: from its send to its STEP_DONE, against the
+ * time the stages report (compute, edge copies); the rest is messages,
+ * wake-ups, and waiting behind other steps in flight (ep_timing_log prints
+ * the sums). */
+static void step_timing_add(struct ep_engine *e, const struct ep_step *st,
+                            const struct msg_step_done *d)
+{
+    struct ep_timing *t = &e->timing;
+    int64_t wall = now_us() - st->t_send_us;
+    t->steps++;
+    t->wall_us += (uint64_t)(wall > 0 ? wall : 0);
+    if ((uint64_t)wall > t->max_wall_us)
+        t->max_wall_us = (uint64_t)wall;
+    for (int i = 0; i < d->n_timings; i++) {
+        t->compute_us += d->timings[i].compute_us;
+        t->copy_us += d->timings[i].copy_us;
+    }
+}
+
+void ep_timing_log(const struct ep_engine *e)
+{
+    const struct ep_timing *t = &e->timing;
+    if (t->steps == 0)
+        return;
+    double n = (double)t->steps, wall = (double)t->wall_us / n / 1e3;
+    double comp = (double)t->compute_us / n / 1e3, copy = (double)t->copy_us / n / 1e3;
+    LOG_INFO("pipeline", "%llu steps over %d stages: %.3f ms a step from send to STEP_DONE "
+             "(max %.3f), stages compute %.3f ms, edge copies %.3f ms, the rest (%d messages, "
+             "wake-ups, queueing) %.3f ms", (unsigned long long)t->steps, e->n_stages, wall,
+             (double)t->max_wall_us / 1e3, comp, copy, e->n_stages + 1, wall - comp - copy);
+}
+
 static void on_step_done(struct ep_engine *e, const struct msg *m)
 {
     struct ep_step *st = step_find(e, m->h.step_id);
@@ -361,6 +405,7 @@ static void on_step_done(struct ep_engine *e, const struct msg *m)
         return;
     }
     const struct msg_step_done *d = &m->u.step_done;
+    step_timing_add(e, st, d);
     int n = st->n, j = 0;
     step_release(e, st);
     for (int k = 0; k < n; k++) {

@@ -135,6 +135,7 @@ struct cs_backend {
     /* ---- memory ---- */
     int (*alloc)(struct cs_backend *be, void **ptr, size_t bytes);    /* zero-filled */
     void (*free)(struct cs_backend *be, void *ptr);
+    /* Returns once host_src has been read (it may be reused or freed at return). */
     int (*upload)(struct cs_backend *be, void *dst, const void *host_src, size_t bytes);
     int (*download)(struct cs_backend *be, void *host_dst, const void *src, size_t bytes);
     int (*copy)(struct cs_backend *be, void *dst, const void *src, size_t bytes); /* device to device */
@@ -162,6 +163,12 @@ struct cs_backend {
                   const float *x, int n_tokens);
     /* x += y over n values. */
     int (*add)(struct cs_backend *be, float *x, const float *y, size_t n);
+    /* The residual add fused with the next RMSNorm: x += y over n_tokens * dim
+     * values, then out[t] = rmsnorm(x[t]) * w as rmsnorm does. Bitwise equal
+     * to add then rmsnorm on the same backend (one launch instead of two).
+     * out must not overlap x or y. */
+    int (*add_rmsnorm)(struct cs_backend *be, float *x, const float *y, float *out,
+                       const float *w, int n_tokens, int dim, float eps);
     /* out = silu(g) * u over n values; out may equal g. */
     int (*silu_mul)(struct cs_backend *be, float *out, const float *g, const float *u, size_t n);
 
@@ -235,6 +242,15 @@ struct cs_backend {
     void (*graph_enable)(struct cs_backend *be, bool on);
     /* Counters since creation (tests, benches); fills what it knows. */
     void (*graph_stats)(struct cs_backend *be, struct cs_graph_stats *out);
+
+    /* ---- optional: pinned host memory ----
+     * NULL on backends without it (CPU). host_register page-locks an existing
+     * host range (page-aligned, e.g. a shared-memory mapping) so copies to and
+     * from it are DMA; CS_OK, or a negative status with nothing registered (the
+     * range stays usable, unpinned). host_unregister undoes it; call it before
+     * the range is unmapped, with the pointer that was registered. */
+    int (*host_register)(struct cs_backend *be, void *ptr, size_t bytes);
+    void (*host_unregister)(struct cs_backend *be, void *ptr);
 
     void (*destroy)(struct cs_backend *be);
 };

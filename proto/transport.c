@@ -107,6 +107,13 @@ static int sock_open(void *ctx, int type, const char *rundir, const char *name, 
         zmq_setsockopt(s, ZMQ_ROUTER_MANDATORY, &one, sizeof one);
         zmq_setsockopt(s, ZMQ_ROUTER_HANDOVER, &one, sizeof one);
     }
+    if (type == ZMQ_PUSH) {
+        /* the next stage binds its PULL while loading, maybe after we connect:
+         * retry every few ms, not after libzmq's default 100-200 ms (which the
+         * first step through the pipeline would wait) */
+        int ivl = TRANSPORT_PUSH_RECONNECT_MS;
+        zmq_setsockopt(s, ZMQ_RECONNECT_IVL, &ivl, sizeof ivl);
+    }
     if (routing_id && zmq_setsockopt(s, ZMQ_ROUTING_ID, routing_id, strlen(routing_id)) != 0) {
         zmq_close(s);
         return cs_error_set(err, CS_EIO, "routing id %s: %s", routing_id, zmq_strerror(errno));

@@ -61,7 +61,9 @@ int transport_router_bind(void *ctx, const char *rundir, void **sock, struct cs_
 int transport_dealer_connect(void *ctx, const char *rundir, int stage, void **sock,
                              struct cs_error *err);
 /* Edge i's notify channel: the downstream stage binds PULL, the upstream one
- * connects PUSH (either may start first). */
+ * connects PUSH (either may start first: a PUSH whose peer is not bound yet
+ * retries every TRANSPORT_PUSH_RECONNECT_MS; messages wait in its queue). */
+#define TRANSPORT_PUSH_RECONNECT_MS 2
 int transport_pull_bind(void *ctx, const char *rundir, int edge, void **sock, struct cs_error *err);
 int transport_push_connect(void *ctx, const char *rundir, int edge, void **sock,
                            struct cs_error *err);

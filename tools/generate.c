@@ -140,6 +140,7 @@ struct gen_run {
     size_t n_stop;
     struct tokenizer_decoder dec;
     double t_prefill, t_decode;
+    double t_last;         /* --workers: when the last token arrived */
 };
 
 static bool is_stop(const struct gen_run *g, int32_t id)
@@ -258,8 +259,9 @@ static int gen_tokenize(struct gen_run *g, struct cs_error *err)
 static bool gen_pipe_token(void *user, const struct cs_sample_result *tok)
 {
     struct gen_run *g = user;
+    g->t_last = cli_now_s();
     if (g->n_gen == 0)
-        g->t_prefill = cli_now_s() - g->t_decode;
+        g->t_prefill = g->t_last - g->t_decode;
     g->ctx[g->n_ctx++] = tok->token;
     g->n_gen++;
     struct cs_error err = {0};
@@ -304,8 +306,9 @@ static int gen_run_pipeline(struct gen_run *g, struct cs_error *err)
     g->t_decode = cli_now_s();   /* start time until the first token */
     rc = engine_pipeline_generate(&cfg, g->ctx, g->n_prompt, g->o->n_predict, &g->o->sp, g->stop,
                                   (int)g->n_stop, gen_pipe_token, g, err);
-    double t_end = cli_now_s();
-    g->t_decode = g->n_gen > 0 ? t_end - g->t_decode - g->t_prefill : 0;
+    /* decode: first to last token, like the in-process loop (the workers'
+     * shutdown after the last token is not decode time) */
+    g->t_decode = g->n_gen > 0 ? g->t_last - g->t_decode - g->t_prefill : 0;
     const char *text;
     size_t len;
     if (!rc && tokenizer_decoder_flush(&g->dec, &text, &len) == CS_OK && len)

@@ -360,6 +360,16 @@ int edge_publish(struct edge *e, int slot, uint64_t step_id, int n_tokens)
     return CS_OK;
 }
 
+int edge_slot_abort(struct edge *e, int slot)
+{
+    struct edge_slot_ctl *c = slot_ctl(e, slot);
+    uint32_t expected = SLOT_WRITING;
+    if (!c || !atomic_compare_exchange_strong_explicit(&c->state, &expected, SLOT_FREE,
+                                                       memory_order_release, memory_order_relaxed))
+        return CS_EINVAL;
+    return CS_OK;
+}
+
 int edge_write(struct edge *e, int slot, uint64_t step_id, const float *hidden, int n_tokens)
 {
     struct edge_slot_ctl *c = slot_ctl(e, slot);

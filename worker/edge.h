@@ -18,6 +18,7 @@
  *
  * Ownership of a slot (lock-free, C11 atomics in the shared header):
  *   FREE --edge_slot_acquire (writer)--> WRITING --edge_publish--> READY
+ *   WRITING --edge_slot_abort (writer)--> FREE
  *   READY --edge_release (reader)--> FREE
  * The writer takes slots in ring order, so several steps can be in flight
  * (the copy of chunk k overlaps the compute of chunk k+1) and the reader sees
@@ -27,8 +28,12 @@
  * the slot and step id. Each publish increments the slot's sequence counter.
  *
  * CUDA: edge.c does not depend on it. A GPU worker passes hooks that
- * cudaHostRegister the mapping (so copies into slots are DMA from pinned
- * memory) and unregister it before unmapping. */
+ * cudaHostRegister the mapping through its backend (be->host_register), so
+ * the device-to-host copy goes straight into a slot and the host-to-device
+ * copy straight out of one, as DMA from pinned memory; they unregister it
+ * before unmapping. A hook's failure fails edge_create/edge_open; the
+ * worker's hook instead warns once and reports success (the edge then works
+ * unpinned). */
 #ifndef CS_WORKER_EDGE_H
 #define CS_WORKER_EDGE_H
 
@@ -102,6 +107,11 @@ int edge_write(struct edge *e, int slot, uint64_t step_id, const float *hidden, 
 /* Publish an acquired slot whose data was written through edge_slot_data.
  * CS_EINVAL when the slot is not being written or n_tokens is out of range. */
 int edge_publish(struct edge *e, int slot, uint64_t step_id, int n_tokens);
+
+/* Give back an acquired slot without publishing it (its data could not be
+ * written); the writer's next acquire moves on in ring order. CS_EINVAL when
+ * the slot is not being written. */
+int edge_slot_abort(struct edge *e, int slot);
 
 /* ---- reader ---- */
 

@@ -103,19 +103,25 @@ static int mixer_attention(struct cs_model *m, struct cs_state *st, int l, const
     return be->matmul(be, 1, out, wo, st->attn_out, T);
 }
 
-/* One block on st->hidden: h = x + Mixer(norm(x)); out = h + FFN(norm(h)). */
-static int layer_forward(struct cs_model *m, struct cs_state *st, int l, const struct cs_batch *b)
+/* One block on st->hidden: h = x + Mixer(norm(x)); out = h + FFN(norm(h)).
+ * normed_in: st->normed already holds attn_norm(x) (the previous layer's last
+ * add was fused with it). next_w, next_out: when set, the last add also
+ * writes rmsnorm(out) * next_w into next_out (add_rmsnorm, bitwise add then
+ * rmsnorm); when NULL it is a plain add (the slice's last layer: the norm
+ * that follows runs elsewhere, in another stage or on gathered rows). */
+static int layer_forward(struct cs_model *m, struct cs_state *st, int l, const struct cs_batch *b,
+                         bool normed_in, const float *next_w, float *next_out)
 {
     struct cs_backend *be = m->be;
     const struct cs_hparams *hp = &m->hp;
     struct cs_layer_weights *w = &m->layers[l];
     int T = b->n_tokens, E = hp->n_embd, rc;
     size_t n = (size_t)T * (size_t)E;
-    if ((rc = be->rmsnorm(be, st->normed, st->hidden, w->attn_norm, T, E, hp->eps)))
+    if (!normed_in && (rc = be->rmsnorm(be, st->normed, st->hidden, w->attn_norm, T, E, hp->eps)))
         return rc;
     rc = hp->recurrent[l] ? mixer_gdn(m, st, l, b) : mixer_attention(m, st, l, b);
-    if (rc || (rc = be->add(be, st->hidden, st->tmp, n)) ||
-        (rc = be->rmsnorm(be, st->normed, st->hidden, w->post_norm, T, E, hp->eps)))
+    if (rc || (rc = be->add_rmsnorm(be, st->hidden, st->tmp, st->normed, w->post_norm, T, E,
+                                    hp->eps)))
         return rc;
     float *ys[2] = {st->ffn_gate, st->ffn_up};
     const struct cs_weight *ws[2] = {&w->ffn_gate, &w->ffn_up};
@@ -125,6 +131,8 @@ static int layer_forward(struct cs_model *m, struct cs_state *st, int l, const s
         (rc = be->silu_mul(be, st->ffn_gate, st->ffn_gate, st->ffn_up, (size_t)T * hp->n_ff[l])) ||
         (rc = be->matmul(be, 1, out, wd, st->ffn_gate, T)))
         return rc;
+    if (next_w && next_out)
+        return be->add_rmsnorm(be, st->hidden, st->tmp, next_out, next_w, T, E, hp->eps);
     return be->add(be, st->hidden, st->tmp, n);
 }
 
@@ -151,7 +159,7 @@ static int slice_begin(struct cs_model *m, struct cs_state *st, const struct cs_
     return be->embed(be, st->hidden, &m->token_embd, b);
 }
 
-static int lm_head_rows(struct cs_model *m, struct cs_state *st, const float *x, int n);
+static int lm_head_matmul(struct cs_model *m, struct cs_state *st, int n);
 
 /* What a step body runs after slice_begin (the graph_begin variant):
  * STEP_LAYERS every layer of the slice on st->hidden; STEP_LAYERS_HEAD then
@@ -159,14 +167,27 @@ static int lm_head_rows(struct cs_model *m, struct cs_state *st, const float *x,
  * decode step sampling every sequence, n_tokens <= n_logit_rows). */
 enum step_variant { STEP_LAYERS = 0, STEP_LAYERS_HEAD = 1 };
 
+/* Each layer's last residual add is fused with the norm that follows it in
+ * this step: the next layer's attn_norm into st->normed, or for the slice's
+ * last layer in STEP_LAYERS_HEAD the final norm into st->rows. */
 static int step_ops(struct cs_model *m, struct cs_state *st, const struct cs_batch *b,
                     enum step_variant v)
 {
     int rc = CS_OK;
-    for (int l = m->layer_begin; l < m->layer_end && rc == CS_OK; l++)
-        rc = layer_forward(m, st, l, b);
+    for (int l = m->layer_begin; l < m->layer_end && rc == CS_OK; l++) {
+        const float *next_w = NULL;
+        float *next_out = NULL;
+        if (l + 1 < m->layer_end) {
+            next_w = m->layers[l + 1].attn_norm;
+            next_out = st->normed;
+        } else if (v == STEP_LAYERS_HEAD) {
+            next_w = m->output_norm;
+            next_out = st->rows;
+        }
+        rc = layer_forward(m, st, l, b, l > m->layer_begin, next_w, next_out);
+    }
     if (rc == CS_OK && v == STEP_LAYERS_HEAD)
-        rc = lm_head_rows(m, st, st->hidden, b->n_tokens);
+        rc = lm_head_matmul(m, st, b->n_tokens);   /* st->rows: fused above */
     return rc;
 }
 
@@ -191,15 +212,20 @@ static int step_body(struct cs_model *m, struct cs_state *st, const struct cs_ba
     return step_ops(m, st, b, v);   /* nothing ran: the recording was dropped */
 }
 
-/* Final norm and LM head on n rows of st->rows into st->logits. */
-static int lm_head_rows(struct cs_model *m, struct cs_state *st, const float *x, int n)
+/* LM head on n final-normed rows of st->rows into st->logits. */
+static int lm_head_matmul(struct cs_model *m, struct cs_state *st, int n)
 {
-    struct cs_backend *be = m->be;
-    const struct cs_hparams *hp = &m->hp;
     float *ys[1] = {st->logits};
     const struct cs_weight *ws[1] = {&m->output};
-    int rc = be->rmsnorm(be, st->rows, x, m->output_norm, n, hp->n_embd, hp->eps);
-    return rc ? rc : be->matmul(be, 1, ys, ws, st->rows, n);
+    return m->be->matmul(m->be, 1, ys, ws, st->rows, n);
+}
+
+/* Final norm of n rows of x into st->rows, then the LM head into st->logits. */
+static int lm_head_rows(struct cs_model *m, struct cs_state *st, const float *x, int n)
+{
+    const struct cs_hparams *hp = &m->hp;
+    int rc = m->be->rmsnorm(m->be, st->rows, x, m->output_norm, n, hp->n_embd, hp->eps);
+    return rc ? rc : lm_head_matmul(m, st, n);
 }
 
 /* Gather the last token of each sampled sequence, run the head, sample. */

@@ -6,11 +6,15 @@
  * wait for LOAD, load the slice and its state, answer READY (or ERROR with
  * the reason, then exit 1), then serve steps until SHUTDOWN:
  *   stage 0 receives STEP from the coordinator; stage i > 0 receives the
- *   forwarded STEP on its edge's notify PULL socket and reads the hidden
- *   states from the shared-memory edge slot it names; each stage runs
- *   model_forward over its slice; a middle stage writes its output into its
- *   outgoing edge slot (publish = host fence) BEFORE forwarding the step
- *   with its timing appended; the last stage samples and answers STEP_DONE.
+ *   forwarded STEP on its edge's notify PULL socket and uploads the hidden
+ *   states straight from the shared-memory edge slot it names, releasing
+ *   the slot once the upload has returned; each stage runs model_forward
+ *   over its slice; a middle stage downloads its output straight into its
+ *   outgoing edge slot (publish after a host fence) BEFORE forwarding the
+ *   step with its timing appended; the last stage samples and answers
+ *   STEP_DONE. A GPU worker pins both edge mappings (be->host_register) so
+ *   these copies are DMA; a failed pin is warned about once and the edge
+ *   works unpinned. fp16 edges go through the host buffer for conversion.
  * A second thread sends HEARTBEATs on its own DEALER ("h<id>") every
  * heartbeat_ms, so a long step never looks like a dead worker; a stopped or
  * crashed process stops them (the coordinator detects that).
@@ -36,6 +40,8 @@
 #include "../proto/messages.h"
 #include "edge.h"
 #include "model.h"
+
+#define WORKER_MAX_PINNED 2     /* the incoming and the outgoing edge */
 
 struct worker_opts {
     char run_dir[256];
@@ -66,12 +72,16 @@ struct worker {
     char loaded_path[4096];     /* the model whose slice is loaded (kept across LOADs) */
     int loaded_begin, loaded_end;
     float *hid_in, *hid_out;    /* backend [max_tokens][E] */
-    float *host;                /* host [max_tokens][E] */
+    float *host;                /* host [max_tokens][E]: fp16 edges only (conversion);
+                                 * fp32 edges are copied straight from/to their slots */
+    void *pinned[WORKER_MAX_PINNED];  /* edge mappings registered with the backend */
+    bool pin_warned;            /* a failed registration was reported */
     struct cs_sample_result *results;  /* [MSG_MAX_SEQS] */
     /* heartbeat thread */
     pthread_t hb_thread;
     bool hb_started;
     pthread_mutex_t hb_mu;
+    pthread_cond_t hb_cv;       /* wakes the heartbeat thread to quit (CLOCK_MONOTONIC) */
     bool hb_quit;
     uint32_t hb_state;          /* enum msg_worker_state */
 };

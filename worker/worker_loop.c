@@ -11,6 +11,7 @@
 
 #include "../common/log.h"
 #include "../proto/transport.h"
+#include "load_progress.h"
 #include "state.h"
 #include "worker.h"
 
@@ -56,14 +57,19 @@ static void *hb_main(void *arg)
         m.u.heartbeat = (struct msg_heartbeat){.seq = ++seq, .time_us = (uint64_t)now_ms() * 1000u,
                                                .state = state};
         transport_send(s, NULL, &m, 0, &err);   /* a full queue: the next one will do */
-        for (int waited = 0; waited < w->o.heartbeat_ms; waited += 20) {
-            usleep(20000);
-            pthread_mutex_lock(&w->hb_mu);
-            quit = w->hb_quit;
-            pthread_mutex_unlock(&w->hb_mu);
-            if (quit)
-                break;
+        /* sleep a period, or until hb_stop signals (no polling: stopping is immediate) */
+        struct timespec dl;
+        clock_gettime(CLOCK_MONOTONIC, &dl);
+        dl.tv_sec += w->o.heartbeat_ms / 1000;
+        dl.tv_nsec += (long)(w->o.heartbeat_ms % 1000) * 1000000L;
+        if (dl.tv_nsec >= 1000000000L) {
+            dl.tv_sec++;
+            dl.tv_nsec -= 1000000000L;
         }
+        pthread_mutex_lock(&w->hb_mu);
+        while (!w->hb_quit && pthread_cond_timedwait(&w->hb_cv, &w->hb_mu, &dl) == 0)
+            ;
+        pthread_mutex_unlock(&w->hb_mu);
     }
     zmq_close(s);
     return NULL;
@@ -75,6 +81,7 @@ static void hb_stop(struct worker *w)
         return;
     pthread_mutex_lock(&w->hb_mu);
     w->hb_quit = true;
+    pthread_cond_signal(&w->hb_cv);
     pthread_mutex_unlock(&w->hb_mu);
     pthread_join(w->hb_thread, NULL);
     w->hb_started = false;
@@ -125,16 +132,58 @@ static int load_kv_fit(struct worker *w, struct cs_state_config *sc, struct cs_e
     return CS_OK;
 }
 
+/* ---- pinned edges: struct edge_hooks over be->host_register ---- */
+
+/* Pin an edge mapping. A failure is warned about once and reported as
+ * success: the edge works unpinned (slower copies), the worker goes on. */
+static int edge_pin(void *ctx, void *ptr, size_t bytes)
+{
+    struct worker *w = ctx;
+    int rc = w->be->host_register(w->be, ptr, bytes);
+    if (rc) {
+        if (!w->pin_warned)
+            LOG_WARN("worker", "stage %d: cannot pin a %.1f MiB edge mapping (%s): edges run "
+                     "unpinned (slower copies)", w->stage, (double)bytes / (1 << 20),
+                     cs_strerror(rc));
+        w->pin_warned = true;
+        return CS_OK;
+    }
+    for (int i = 0; i < WORKER_MAX_PINNED; i++)
+        if (!w->pinned[i]) {
+            w->pinned[i] = ptr;
+            LOG_DEBUG("worker", "stage %d: edge mapping of %.1f MiB pinned", w->stage,
+                      (double)bytes / (1 << 20));
+            return CS_OK;
+        }
+    w->be->host_unregister(w->be, ptr);   /* no room to remember it: stay unpinned */
+    return CS_OK;
+}
+
+/* Unpin a mapping edge_pin registered (others were never pinned). */
+static void edge_unpin(void *ctx, void *ptr)
+{
+    struct worker *w = ctx;
+    for (int i = 0; i < WORKER_MAX_PINNED; i++)
+        if (w->pinned[i] == ptr) {
+            w->be->host_unregister(w->be, ptr);
+            w->pinned[i] = NULL;
+            return;
+        }
+}
+
 static int load_edges(struct worker *w, const struct msg_load *l, struct cs_error *err)
 {
     int rc;
+    struct edge_hooks pin = {edge_pin, edge_unpin, w};
+    const struct edge_hooks *hooks =
+        w->be->host_register && w->be->host_unregister ? &pin : NULL;
     if (w->stage > 0) {
-        if ((rc = edge_open(&w->ein, l->edge_in, NULL, err)) ||
+        if ((rc = edge_open(&w->ein, l->edge_in, hooks, err)) ||
             (rc = transport_pull_bind(w->zctx, w->o.run_dir, w->stage - 1, &w->pull, err)))
             return rc;
     }
     if (w->stage < w->n_stages - 1) {
-        if ((rc = edge_open(&w->eout, l->edge_out, NULL, err)) ||
+        if ((rc = edge_open(&w->eout, l->edge_out, hooks, err)) ||
             (rc = transport_push_connect(w->zctx, w->o.run_dir, w->stage, &w->push, err)))
             return rc;
         const struct edge_config *ec = edge_config_get(w->eout);
@@ -152,9 +201,12 @@ static int load_buffers(struct worker *w, struct cs_error *err)
     int rc = w->be->alloc(w->be, (void **)&w->hid_in, n * sizeof(float));
     if (!rc)
         rc = w->be->alloc(w->be, (void **)&w->hid_out, n * sizeof(float));
-    w->host = malloc(n * sizeof(float));
+    bool f16 = (w->ein && edge_config_get(w->ein)->dtype == CS_DTYPE_F16) ||
+               (w->eout && edge_config_get(w->eout)->dtype == CS_DTYPE_F16);
+    if (f16)
+        w->host = malloc(n * sizeof(float));   /* fp16 conversion; fp32 edges need none */
     w->results = calloc(MSG_MAX_SEQS, sizeof *w->results);
-    if (rc || !w->host || !w->results)
+    if (rc || (f16 && !w->host) || !w->results)
         return cs_error_set(err, rc ? rc : CS_ENOMEM, "cannot allocate the step buffers (%zu values)",
                             n);
     return CS_OK;
@@ -211,7 +263,8 @@ static int load_weights(struct worker *w, const struct msg_load *l, struct cs_er
     int rc;
     if ((rc = gguf_open(&w->f, l->model_path, err)))
         return rc;
-    if ((rc = model_load(&w->m, w->f, w->be, l->layer_begin, l->layer_end, NULL, NULL, err))) {
+    if ((rc = model_load(&w->m, w->f, w->be, l->layer_begin, l->layer_end, load_progress_cb,
+                         load_progress_begin(&(struct load_progress){0}), err))) {
         cs_error_prefix(err, "%s", l->model_path);
         return rc;
     }
@@ -230,6 +283,8 @@ static int load_slice(struct worker *w, const struct msg_load *l, struct cs_erro
     if (l->config_json[0] &&
         (rc = config_apply_json(&w->cfg, l->config_json, strlen(l->config_json), err)))
         return rc;
+    if (w->be->graph_enable)   /* cuda_graphs, from the coordinator's configuration */
+        w->be->graph_enable(w->be, w->cfg.cuda_graphs);
     w->stage = l->stage;
     w->n_stages = l->n_stages;
     if ((rc = load_weights(w, l, err)))
@@ -386,6 +441,7 @@ static void worker_release(struct worker *w)
     if (w->be)
         w->be->destroy(w->be);
     pthread_mutex_destroy(&w->hb_mu);
+    pthread_cond_destroy(&w->hb_cv);
 }
 
 /* The coordinator went silent: a fresh control socket and HELLO again
@@ -433,6 +489,11 @@ int worker_run(const struct worker_opts *o, struct cs_error *err)
         w->o.heartbeat_ms = 10;
     w->stage = o->stage;
     pthread_mutex_init(&w->hb_mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&w->hb_cv, &ca);
+    pthread_condattr_destroy(&ca);
     w->hb_state = MSG_STATE_LOADING;
     int rc = worker_start(w, err);
     if (!rc && (rc = worker_load(w, err)) == CS_OK) {

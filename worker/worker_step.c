@@ -39,20 +39,30 @@ void worker_error_send(struct worker *w, uint64_t step_id, int code, bool fatal,
         LOG_ERROR("worker", "cannot report an error to the coordinator: %s", err.msg);
 }
 
-/* Hidden states of the step from the incoming edge into w->hid_in. */
+/* Hidden states of the step from the incoming edge into w->hid_in: uploaded
+ * straight from the slot (fp32; through w->host with a conversion for fp16),
+ * which is released only after be->upload has returned (it has then read
+ * the slot; ops.h). */
 static int step_edge_read(struct worker *w, const struct msg *m, struct cs_error *err)
 {
     const struct msg_step *s = &m->u.step;
+    const void *src = NULL;
     int n = 0;
-    int rc = edge_read(w->ein, s->edge_slot, m->h.step_id, w->host, &n, err);
+    int rc = edge_peek(w->ein, s->edge_slot, m->h.step_id, &src, &n, err);
     if (rc)
         return rc;
-    edge_release(w->ein, s->edge_slot);
     if (n != s->n_tokens)
-        return cs_error_set(err, CS_EPROTO, "edge slot %d holds %d tokens, the step has %d",
-                            s->edge_slot, n, s->n_tokens);
-    rc = w->be->upload(w->be, w->hid_in, w->host, (size_t)n * (size_t)w->m.hp.n_embd * sizeof(float));
-    return rc ? cs_error_set(err, rc, "upload of the hidden states failed") : CS_OK;
+        rc = cs_error_set(err, CS_EPROTO, "edge slot %d holds %d tokens, the step has %d",
+                          s->edge_slot, n, s->n_tokens);
+    if (!rc && edge_config_get(w->ein)->dtype == CS_DTYPE_F16) {
+        rc = edge_read(w->ein, s->edge_slot, m->h.step_id, w->host, &n, err);
+        src = w->host;
+    }
+    if (!rc && (rc = w->be->upload(w->be, w->hid_in, src,
+                                   (size_t)n * (size_t)w->m.hp.n_embd * sizeof(float))))
+        cs_error_set(err, rc, "upload of the hidden states failed");
+    edge_release(w->ein, s->edge_slot);
+    return rc;
 }
 
 /* Take the next outgoing slot, waiting while downstream still holds it. */
@@ -70,27 +80,38 @@ static int step_slot_acquire(struct worker *w, int *slot, struct cs_error *err)
     }
 }
 
-/* Middle stage: hidden states into the outgoing edge (host copy, publish),
+/* Middle stage: hidden states downloaded straight into an outgoing slot
+ * (fp32; through w->host with a conversion for fp16), a host fence, publish;
  * then the step downstream with edge_slot set and this stage's timing. */
 static int step_forward(struct worker *w, struct msg *m, const struct msg_timing *mine,
                         struct cs_error *err)
 {
     struct msg_step *s = &m->u.step;
     size_t bytes = (size_t)s->n_tokens * (size_t)w->m.hp.n_embd * sizeof(float);
-    int rc = w->be->download(w->be, w->host, w->hid_out, bytes);
-    if (!rc)
-        rc = w->be->sync(w->be);   /* host fence before the slot is published */
-    if (rc)
-        return cs_error_set(err, rc, "download of the hidden states failed");
-    int slot;
+    bool f16 = edge_config_get(w->eout)->dtype == CS_DTYPE_F16;
+    uint64_t t0 = now_us();
+    int slot, rc;
     if ((rc = step_slot_acquire(w, &slot, err)))
         return rc;
-    if ((rc = edge_write(w->eout, slot, m->h.step_id, w->host, s->n_tokens)))
-        return cs_error_set(err, rc, "edge: cannot write slot %d", slot);
+    rc = w->be->download(w->be, f16 ? (void *)w->host : edge_slot_data(w->eout, slot), w->hid_out,
+                         bytes);
+    if (!rc)
+        rc = w->be->sync(w->be);   /* host fence: the values are in host memory before publish */
+    if (rc) {
+        edge_slot_abort(w->eout, slot);
+        return cs_error_set(err, rc, "download of the hidden states failed");
+    }
+    rc = f16 ? edge_write(w->eout, slot, m->h.step_id, w->host, s->n_tokens)
+             : edge_publish(w->eout, slot, m->h.step_id, s->n_tokens);
+    if (rc) {
+        edge_slot_abort(w->eout, slot);
+        return cs_error_set(err, rc, "edge: cannot publish slot %d", slot);
+    }
     struct msg_timing tim[MSG_MAX_STAGES];
     int nt = s->n_timings < MSG_MAX_STAGES - 1 ? s->n_timings : MSG_MAX_STAGES - 1;
     memcpy(tim, s->timings, sizeof tim[0] * (size_t)nt);
-    tim[nt++] = *mine;
+    tim[nt] = *mine;
+    tim[nt++].copy_us += (uint32_t)(now_us() - t0);   /* edge in + edge out */
     struct msg_timing *saved_t = s->timings;
     int saved_n = s->n_timings, saved_slot = s->edge_slot;
     int32_t saved_sender = m->h.sender;

@@ -98,6 +98,8 @@ int cpu_rmsnorm(struct cs_backend *be, float *out, const float *x, const float *
 int cpu_matmul(struct cs_backend *be, int n, float *const *ys, const struct cs_weight *const *ws,
                const float *x, int n_tokens);
 int cpu_add(struct cs_backend *be, float *x, const float *y, size_t n);
+int cpu_add_rmsnorm(struct cs_backend *be, float *x, const float *y, float *out, const float *w,
+                    int n_tokens, int dim, float eps);
 int cpu_silu_mul(struct cs_backend *be, float *out, const float *g, const float *u, size_t n);
 int cpu_head_norm_rope(struct cs_backend *be, float *x, int token_stride, int head_stride,
                        int n_heads, int head_dim, const float *norm_w, int rope_dims,

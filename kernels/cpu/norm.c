@@ -1,8 +1,9 @@
-/* norm.c - RMSNorm over token rows and the GDN output's gated RMSNorm per head
- * (ops.h rmsnorm, gated_rmsnorm).
+/* norm.c - RMSNorm over token rows, the residual add fused with it, and the
+ * GDN output's gated RMSNorm per head (ops.h rmsnorm, add_rmsnorm, gated_rmsnorm).
  *
  * scale = 1 / sqrtf(cpu_dot(x, x) / n + eps) (cpu_rms_scale); out = (x * scale) * w,
- * and for the gated form ((x * scale) * w) * silu(z). Rows are split across
+ * and for the gated form ((x * scale) * w) * silu(z). add_rmsnorm first does
+ * x[i] += y[i] over the row (as cpu_add), then the same. Rows are split across
  * threads; each row is computed by one thread in this fixed order. */
 #include "../../common/status.h"
 #include "cpu.h"
@@ -11,6 +12,8 @@ struct norm_job {
     float *out;
     const float *x;
     const float *z;        /* gated form only */
+    float *xw;             /* add_rmsnorm: the row updated in place */
+    const float *y;        /* add_rmsnorm: the row added */
     const float *w;
     int dim;
     float eps;
@@ -35,6 +38,31 @@ int cpu_rmsnorm(struct cs_backend *be, float *out, const float *x, const float *
         return CS_EINVAL;
     struct norm_job job = {.out = out, .x = x, .w = w, .dim = dim, .eps = eps};
     threadpool_for(cpu_ctx_of(be)->pool, n_tokens, 1 + 16384 / dim, rmsnorm_range, &job);
+    return CS_OK;
+}
+
+static void add_rmsnorm_range(void *arg, int64_t begin, int64_t end, int tid)
+{
+    const struct norm_job *job = arg;
+    for (int64_t t = begin; t < end; t++) {
+        float *x = job->xw + t * job->dim;
+        const float *y = job->y + t * job->dim;
+        float *out = job->out + t * job->dim;
+        for (int i = 0; i < job->dim; i++)
+            x[i] += y[i];
+        float scale = cpu_rms_scale(x, job->dim, job->eps);
+        for (int i = 0; i < job->dim; i++)
+            out[i] = (x[i] * scale) * job->w[i];
+    }
+}
+
+int cpu_add_rmsnorm(struct cs_backend *be, float *x, const float *y, float *out, const float *w,
+                    int n_tokens, int dim, float eps)
+{
+    if (!x || !y || !out || !w || n_tokens < 0 || dim <= 0)
+        return CS_EINVAL;
+    struct norm_job job = {.out = out, .xw = x, .y = y, .w = w, .dim = dim, .eps = eps};
+    threadpool_for(cpu_ctx_of(be)->pool, n_tokens, 1 + 16384 / dim, add_rmsnorm_range, &job);
     return CS_OK;
 }
 

@@ -197,6 +197,7 @@ static void cpu_table_fill(struct cs_backend *be)
     be->rmsnorm = cpu_rmsnorm;
     be->matmul = cpu_matmul;
     be->add = cpu_add;
+    be->add_rmsnorm = cpu_add_rmsnorm;
     be->silu_mul = cpu_silu_mul;
     be->head_norm_rope = cpu_head_norm_rope;
     be->kv_store = cpu_kv_store;

@@ -1,5 +1,7 @@
 /* norm.cu - RMSNorm ops of kernels/ops.h on CUDA: rmsnorm (one block per
- * token, the row held in registers) and gated_rmsnorm (one warp per head: x = rmsnorm(x) * w * silu(z)).
+ * token, the row held in registers), add_rmsnorm (the residual add x += y
+ * fused in front of it: same loads plus y, same tree, so bitwise add then
+ * rmsnorm) and gated_rmsnorm (one warp per head: x = rmsnorm(x) * w * silu(z)).
  * Sums of squares use a fixed reduction tree per row (batch invariant). */
 #include "cuda_util.cuh"
 #include "ops_cuda.cuh"
@@ -7,23 +9,13 @@
 #define NORM_THREADS 1024
 #define NORM_NPT 8   /* values per thread held in registers: dim <= 8192 */
 
-/* One block per token: out[t] = x[t] * rsqrt(mean(x[t]^2) + eps) * w. The
- * row is read once into registers (all loads in flight together); rows
- * longer than NORM_THREADS * NORM_NPT take the looping variant. A decode
- * step runs ~65 of these on one row each, so latency is what counts. */
-static __global__ void __launch_bounds__(NORM_THREADS) k_rmsnorm(float *out, const float *x,
-                                                                 const float *w, int dim, float eps)
+/* The part of an RMSNorm row after the loads, shared by k_rmsnorm and
+ * k_add_rmsnorm so both run the same arithmetic: v holds x[threadIdx.x +
+ * e * NORM_THREADS] (0 past dim); yr[i] = v * scale * w[i]. */
+static __device__ __forceinline__ void rms_row_regs(float *yr, const float *v, const float *w,
+                                                    int dim, float eps, float *scratch)
 {
-    __shared__ float scratch[32];
-    const float *xr = x + (size_t)blockIdx.x * dim;
-    float *yr = out + (size_t)blockIdx.x * dim;
-    float v[NORM_NPT];
     float ss = 0.0f;
-#pragma unroll
-    for (int e = 0; e < NORM_NPT; e++) {
-        int i = threadIdx.x + e * NORM_THREADS;
-        v[e] = i < dim ? xr[i] : 0.0f;
-    }
 #pragma unroll
     for (int e = 0; e < NORM_NPT; e++)
         ss += v[e] * v[e];
@@ -37,18 +29,83 @@ static __global__ void __launch_bounds__(NORM_THREADS) k_rmsnorm(float *out, con
     }
 }
 
-static __global__ void k_rmsnorm_long(float *out, const float *x, const float *w, int dim, float eps)
+/* One block per token: out[t] = x[t] * rsqrt(mean(x[t]^2) + eps) * w. The
+ * row is read once into registers (all loads in flight together); rows
+ * longer than NORM_THREADS * NORM_NPT take the looping variant. A decode
+ * step runs ~65 of these on one row each, so latency is what counts. */
+static __global__ void __launch_bounds__(NORM_THREADS) k_rmsnorm(float *out, const float *x,
+                                                                 const float *w, int dim, float eps)
 {
     __shared__ float scratch[32];
     const float *xr = x + (size_t)blockIdx.x * dim;
-    float *yr = out + (size_t)blockIdx.x * dim;
+    float v[NORM_NPT];
+#pragma unroll
+    for (int e = 0; e < NORM_NPT; e++) {
+        int i = threadIdx.x + e * NORM_THREADS;
+        v[e] = i < dim ? xr[i] : 0.0f;
+    }
+    rms_row_regs(out + (size_t)blockIdx.x * dim, v, w, dim, eps, scratch);
+}
+
+/* k_rmsnorm with x[t] += y[t] first (written back): each value is the one
+ * k_add would store, and it enters the same tree. */
+static __global__ void __launch_bounds__(NORM_THREADS)
+    k_add_rmsnorm(float *x, const float *y, float *out, const float *w, int dim, float eps)
+{
+    __shared__ float scratch[32];
+    float *xr = x + (size_t)blockIdx.x * dim;
+    const float *yr = y + (size_t)blockIdx.x * dim;
+    float v[NORM_NPT];
+#pragma unroll
+    for (int e = 0; e < NORM_NPT; e++) {
+        int i = threadIdx.x + e * NORM_THREADS;
+        v[e] = i < dim ? xr[i] + yr[i] : 0.0f;
+    }
+#pragma unroll
+    for (int e = 0; e < NORM_NPT; e++) {
+        int i = threadIdx.x + e * NORM_THREADS;
+        if (i < dim)
+            xr[i] = v[e];
+    }
+    rms_row_regs(out + (size_t)blockIdx.x * dim, v, w, dim, eps, scratch);
+}
+
+/* Rows longer than NORM_THREADS * NORM_NPT. With y (add_rmsnorm), x += y
+ * first; each thread rereads only the values it wrote itself. */
+static __device__ __forceinline__ void rms_row_long(float *yr, float *xw, const float *xr,
+                                                    const float *ya, const float *w, int dim,
+                                                    float eps, float *scratch)
+{
     float ss = 0.0f;
-    for (int i = threadIdx.x; i < dim; i += blockDim.x)
-        ss += xr[i] * xr[i];
+    if (ya)
+        for (int i = threadIdx.x; i < dim; i += blockDim.x) {
+            float s = xr[i] + ya[i];
+            xw[i] = s;
+            ss += s * s;
+        }
+    else
+        for (int i = threadIdx.x; i < dim; i += blockDim.x)
+            ss += xr[i] * xr[i];
     ss = block_sum(ss, scratch);
     float scale = 1.0f / sqrtf(ss / (float)dim + eps);
     for (int i = threadIdx.x; i < dim; i += blockDim.x)
         yr[i] = xr[i] * scale * w[i];
+}
+
+static __global__ void k_rmsnorm_long(float *out, const float *x, const float *w, int dim,
+                                      float eps)
+{
+    __shared__ float scratch[32];
+    size_t off = (size_t)blockIdx.x * dim;
+    rms_row_long(out + off, NULL, x + off, NULL, w, dim, eps, scratch);
+}
+
+static __global__ void k_add_rmsnorm_long(float *x, const float *y, float *out, const float *w,
+                                          int dim, float eps)
+{
+    __shared__ float scratch[32];
+    size_t off = (size_t)blockIdx.x * dim;
+    rms_row_long(out + off, x + off, x + off, y + off, w, dim, eps, scratch);
 }
 
 /* One warp per head of head_dim values: x = rmsnorm(x) * w * silu(z). */
@@ -80,6 +137,21 @@ int cuda_op_rmsnorm(struct cs_backend *be, float *out, const float *x, const flo
     else
         k_rmsnorm_long<<<n_tokens, NORM_THREADS, 0, cuda_ctx_of(be)->stream>>>(out, x, w, dim, eps);
     CS_CUDA_LAUNCHED("rmsnorm");
+    return CS_OK;
+}
+
+int cuda_op_add_rmsnorm(struct cs_backend *be, float *x, const float *y, float *out,
+                        const float *w, int n_tokens, int dim, float eps)
+{
+    if (n_tokens <= 0)
+        return CS_OK;
+    if (dim <= NORM_THREADS * NORM_NPT)
+        k_add_rmsnorm<<<n_tokens, NORM_THREADS, 0, cuda_ctx_of(be)->stream>>>(x, y, out, w, dim,
+                                                                             eps);
+    else
+        k_add_rmsnorm_long<<<n_tokens, NORM_THREADS, 0, cuda_ctx_of(be)->stream>>>(x, y, out, w,
+                                                                                  dim, eps);
+    CS_CUDA_LAUNCHED("add_rmsnorm");
     return CS_OK;
 }
 

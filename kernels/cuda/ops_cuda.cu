@@ -152,6 +152,40 @@ static int cu_mem_info(struct cs_backend *be, size_t *free_bytes, size_t *total_
     return CS_OK;
 }
 
+/* ---- pinned host memory (pipeline edges) ---- */
+
+/* Page-lock an existing host range (a shared-memory edge mapping): copies
+ * from and into it are then DMA. A failure is returned, not logged as an
+ * error (the caller warns and goes on unpinned), and cleared so that no later
+ * cudaGetLastError check reports it. */
+static int cu_host_register(struct cs_backend *be, void *ptr, size_t bytes)
+{
+    struct cuda_ctx *c = cuda_ctx_of(be);
+    if (!ptr || bytes == 0)
+        return CS_EINVAL;
+    cudaError_t e = cudaSetDevice(c->device);
+    if (e == cudaSuccess)
+        e = cudaHostRegister(ptr, bytes, cudaHostRegisterPortable);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        LOG_DEBUG("cuda", "cudaHostRegister(%p, %zu bytes): %s", ptr, bytes, cudaGetErrorString(e));
+        return e == cudaErrorMemoryAllocation ? CS_ENOMEM : CS_ECUDA;
+    }
+    return CS_OK;
+}
+
+static void cu_host_unregister(struct cs_backend *be, void *ptr)
+{
+    (void)be;
+    if (!ptr)
+        return;
+    cudaError_t e = cudaHostUnregister(ptr);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        LOG_WARN("cuda", "cudaHostUnregister(%p): %s", ptr, cudaGetErrorString(e));
+    }
+}
+
 /* ---- matrix work: matmul.h behind the table's entries ---- */
 
 static int cu_weight_upload(struct cs_backend *be, struct cs_weight *w, uint32_t type,
@@ -540,6 +574,7 @@ static void table_fill(struct cs_backend *be)
     be->rmsnorm = cuda_op_rmsnorm;
     be->matmul = cu_matmul;
     be->add = cuda_op_add;
+    be->add_rmsnorm = cuda_op_add_rmsnorm;
     be->silu_mul = cuda_op_silu_mul;
     be->head_norm_rope = cuda_op_head_norm_rope;
     be->kv_store = cuda_op_kv_store;
@@ -553,6 +588,8 @@ static void table_fill(struct cs_backend *be)
     be->graph_end = cu_graph_end;
     be->graph_enable = cu_graph_enable;
     be->graph_stats = cu_graph_stats;
+    be->host_register = cu_host_register;
+    be->host_unregister = cu_host_unregister;
     be->destroy = cu_destroy;
 }
 

@@ -1,7 +1,8 @@
 /* test_cpu_norm.c - proves rmsnorm, gated_rmsnorm, head_norm_rope (partial
  * NeoX RoPE, at small and real head sizes), sigmoid_gate, add and silu_mul
- * equal double-precision naive formulas, and that rmsnorm and head_norm_rope
- * give bit-identical results for 1, 2 and 3 threads. */
+ * equal double-precision naive formulas, that rmsnorm and head_norm_rope
+ * give bit-identical results for 1, 2 and 3 threads, and that add_rmsnorm is
+ * bitwise add then rmsnorm (both outputs, any thread count). */
 #include "../../common/status.h"
 #include "kernel_test.h"
 
@@ -163,6 +164,58 @@ static void test_elementwise_ops(void)
     be->destroy(be);
 }
 
+/* add_rmsnorm(x, y, out) == add(x, y) then rmsnorm(out, x), bit for bit, for
+ * x and out, at a few row lengths and thread counts; also near the naive form. */
+static void check_add_rmsnorm(int n_threads, int n_tok, int dim)
+{
+    struct cs_backend *be = kt_backend(n_threads, 0);
+    size_t n = (size_t)n_tok * dim;
+    float *x = kt_randv(n, 3.0f), *y = kt_randv(n, 2.0f), *w = kt_randv(dim, 1.0f);
+    float *x_ref = malloc(n * 4), *x_fused = malloc(n * 4), *x0 = malloc(n * 4);
+    float *o_ref = calloc(n, 4), *o_fused = calloc(n, 4);
+    memcpy(x0, x, n * 4);
+    memcpy(x_ref, x, n * 4);
+    memcpy(x_fused, x, n * 4);
+    CHECK_EQ_INT(be->add(be, x_ref, y, n), CS_OK);
+    CHECK_EQ_INT(be->rmsnorm(be, o_ref, x_ref, w, n_tok, dim, 1e-6f), CS_OK);
+    CHECK_EQ_INT(be->add_rmsnorm(be, x_fused, y, o_fused, w, n_tok, dim, 1e-6f), CS_OK);
+    CHECK(kt_same(x_fused, x_ref, n));
+    CHECK(kt_same(o_fused, o_ref, n));
+    /* and it is an add then an RMSNorm, not merely equal to the pair */
+    double *ref = malloc(sizeof(double) * dim), worst = 0;
+    float *sum = malloc(sizeof(float) * dim);
+    for (int t = 0; t < n_tok; t++) {
+        for (int i = 0; i < dim; i++)
+            sum[i] = x0[(size_t)t * dim + i] + y[(size_t)t * dim + i];
+        CHECK(kt_same(sum, x_fused + (size_t)t * dim, dim));
+        naive_rmsnorm(ref, sum, w, dim, 1e-6);
+        for (int i = 0; i < dim; i++)
+            worst = fmax(worst, fabs(o_fused[(size_t)t * dim + i] - ref[i]));
+    }
+    CHECK(worst < 1e-5 * 8);
+    free(ref);
+    free(sum);
+    free(x), free(y), free(w), free(x_ref), free(x_fused), free(x0), free(o_ref), free(o_fused);
+    be->destroy(be);
+}
+
+static void test_add_rmsnorm_equals_add_then_rmsnorm(void)
+{
+    for (int th = 1; th <= 3; th++) {
+        check_add_rmsnorm(th, 5, 100);
+        check_add_rmsnorm(th, 3, 4096);
+        check_add_rmsnorm(th, 9, 1027);
+        check_add_rmsnorm(th, 2, 9000);
+    }
+    struct cs_backend *be = kt_backend(1, 0);
+    float v[4] = {1, 2, 3, 4}, o[4];
+    CHECK_EQ_INT(be->add_rmsnorm(be, v, v + 2, o, v, 0, 2, 1e-6f), CS_OK);
+    CHECK(v[0] == 1 && v[1] == 2);   /* no tokens: nothing touched */
+    CHECK_EQ_INT(be->add_rmsnorm(be, NULL, v, o, v, 1, 2, 1e-6f), CS_EINVAL);
+    CHECK_EQ_INT(be->add_rmsnorm(be, v, v + 2, o, v, 1, 0, 1e-6f), CS_EINVAL);
+    be->destroy(be);
+}
+
 int main(void)
 {
     RUN(test_rmsnorm_matches_naive);
@@ -170,5 +223,6 @@ int main(void)
     RUN(test_head_norm_rope_small);
     RUN(test_head_norm_rope_real_size);
     RUN(test_elementwise_ops);
+    RUN(test_add_rmsnorm_equals_add_then_rmsnorm);
     return test_report();
 }

@@ -4,7 +4,9 @@
  * fp16 and back exactly as common/half.h does, refuses a wrong step id or a
  * slot that is not ready, reclaims a segment left by a dead creator or with
  * an invalid header while refusing one whose creator lives, unlinks the
- * segment when its creator closes it, and calls the host-registration hooks. */
+ * segment when its creator closes it, calls the host-registration hooks,
+ * and carries values written straight into a slot (edge_slot_data, publish)
+ * while an aborted slot is never seen by the reader. */
 #include <fcntl.h>
 #include <math.h>
 #include <stdlib.h>
@@ -202,6 +204,59 @@ static void test_edge_fp16(void)
     edge_close(e);
 }
 
+/* The worker's zero-copy path: values written straight into an acquired
+ * slot's data area, published, read in place by a second mapping (the
+ * reader's), released; a slot whose copy failed is aborted: FREE again,
+ * never visible to the reader, and the ring goes on past it. */
+static void test_edge_direct_and_abort(void)
+{
+    struct edge *w, *r;
+    struct cs_error err = {0};
+    struct edge_config cfg = {.n_slots = 2, .max_tokens = 3, .hidden = 8, .dtype = CS_DTYPE_F32};
+    CHECK_EQ_INT(edge_create(&w, name, &cfg, NULL, &err), CS_OK);
+    if (!w)
+        return;
+    CHECK_EQ_INT(edge_open(&r, name, NULL, &err), CS_OK);
+    if (!r) {
+        edge_close(w);
+        return;
+    }
+    int slot, slot2, n = 0;
+    CHECK_EQ_INT(edge_slot_acquire(w, &slot), CS_OK);
+    float *dst = edge_slot_data(w, slot);
+    for (int i = 0; i < 2 * 8; i++)
+        dst[i] = value_at(9, i / 8, i % 8);
+    CHECK_EQ_INT(edge_publish(w, slot, 9, 2), CS_OK);
+    CHECK_EQ_INT(edge_publish(w, slot, 9, 2), CS_EINVAL);   /* already published */
+    const void *data = NULL;
+    CHECK_EQ_INT(edge_peek(r, slot, 9, &data, &n, &err), CS_OK);
+    CHECK_EQ_INT(n, 2);
+    int bad = 0;
+    for (int i = 0; data && i < 2 * 8; i++)
+        bad += ((const float *)data)[i] != value_at(9, i / 8, i % 8);
+    CHECK_EQ_INT(bad, 0);
+    /* abort: only a slot being written */
+    CHECK_EQ_INT(edge_slot_abort(w, slot), CS_EINVAL);       /* READY: the reader's */
+    CHECK_EQ_INT(edge_slot_acquire(w, &slot2), CS_OK);
+    CHECK_EQ_INT(slot2, (slot + 1) % 2);
+    uint64_t seq = edge_slot_seq(w, slot2);
+    CHECK_EQ_INT(edge_slot_abort(w, slot2), CS_OK);
+    CHECK_EQ_INT(edge_slot_abort(w, slot2), CS_EINVAL);      /* FREE already */
+    CHECK_EQ_INT(edge_slot_abort(w, 7), CS_EINVAL);          /* out of range */
+    CHECK(edge_slot_seq(w, slot2) == seq);                   /* never published */
+    CHECK_EQ_INT(edge_peek(r, slot2, 10, &data, &n, &err), CS_EPROTO);
+    CHECK_EQ_INT(edge_release(r, slot2), CS_EINVAL);
+    /* the ring wraps to the slot still held by the reader, then past it once released */
+    CHECK_EQ_INT(edge_slot_acquire(w, &slot2), CS_EAGAIN);
+    CHECK_EQ_INT(edge_release(r, slot), CS_OK);
+    CHECK_EQ_INT(edge_slot_acquire(w, &slot2), CS_OK);
+    CHECK_EQ_INT(slot2, slot);
+    CHECK_EQ_INT(edge_slot_acquire(w, &slot2), CS_OK);       /* the aborted one is FREE */
+    CHECK_EQ_INT(slot2, (slot + 1) % 2);
+    edge_close(r);
+    edge_close(w);
+}
+
 static void test_edge_stale_reclaim(void)
 {
     struct cs_error err = {0};
@@ -324,6 +379,7 @@ int main(void)
     RUN(test_edge_name);
     RUN(test_edge_ring);
     RUN(test_edge_fp16);
+    RUN(test_edge_direct_and_abort);
     RUN(test_edge_stale_reclaim);
     RUN(test_edge_hooks);
     shm_unlink(name);
