@@ -1,7 +1,8 @@
 /* test_ops.c - proves the CUDA backend's ops (everything but matmul, which
  * test_matmul covers) compute what the CPU backend computes, on random
  * inputs at the real 9B and 27B shapes (kernels/ops.h semantics):
- * rmsnorm, add, silu_mul, sigmoid_gate, gated_rmsnorm, head_norm_rope,
+ * rmsnorm, add, add_rmsnorm (also bitwise equal to the GPU's add then
+ * rmsnorm), silu_mul, sigmoid_gate, gated_rmsnorm, head_norm_rope,
  * kv_store + attention (F16 and F32 pages; decode tokens over several splits
  * mixed with prefill chunks in one batch), conv1d_silu + gdn (a prefill
  * chunk and a decode token in one batch, then a second step on the updated
@@ -198,6 +199,30 @@ static void test_ops_elementwise(int E, int F, const char *tag)
     snprintf(name, sizeof name, "add %s", tag);
     report(name, pair_err(&g, n), 1e-5);
     pair_free(&x), pair_free(&w), pair_free(&o), pair_free(&g), pair_free(&u);
+}
+
+/* add_rmsnorm (x += y, out = rmsnorm(x) * w): the CUDA op against the CPU op
+ * (x like add, out like rmsnorm), and against the CUDA add then rmsnorm bit
+ * for bit (x and out). dim > 8192 takes the looping kernel. */
+static void test_ops_add_rmsnorm(int T, int E, const char *tag)
+{
+    char name[64];
+    size_t n = (size_t)T * E;
+    float *hx = randv(n, 3.0f);
+    struct pair x = pair_new(hx, n * 4), x2 = pair_new(hx, n * 4), y = pair_randv(n, 2.0f);
+    struct pair w = pair_randv(E, 1.0f), o = pair_new(NULL, n * 4), o2 = pair_new(NULL, n * 4);
+    CHECK(cpu->add_rmsnorm(cpu, x.c, y.c, o.c, w.c, T, E, 1e-6f) == 0);
+    CHECK(gpu->add_rmsnorm(gpu, x.g, y.g, o.g, w.g, T, E, 1e-6f) == 0);
+    snprintf(name, sizeof name, "add_rmsnorm x %s", tag);
+    report(name, pair_err(&x, n), 1e-5);
+    snprintf(name, sizeof name, "add_rmsnorm out %s", tag);
+    report(name, pair_err(&o, n), 1e-5);
+    CHECK(gpu->add(gpu, x2.g, y.g, n) == 0);
+    CHECK(gpu->rmsnorm(gpu, o2.g, x2.g, w.g, T, E, 1e-6f) == 0);
+    snprintf(name, sizeof name, "add_rmsnorm == add+rmsnorm %s", tag);
+    report(name, (double)(!pair_same(&x, &x2, n * 4) + !pair_same(&o, &o2, n * 4)), 0);
+    free(hx);
+    pair_free(&x), pair_free(&x2), pair_free(&y), pair_free(&w), pair_free(&o), pair_free(&o2);
 }
 
 static void test_ops_gated_norm(int Hq, int Hv, const char *tag)
@@ -495,6 +520,130 @@ static void test_ops_sample(void)
     free(logits);
 }
 
+/* Run the sample op on rows [r0, r0 + n) of logits (V per row) on both
+ * backends from the same input; returns both status values, the results in
+ * rc_/rg, and the largest difference of the processed logits (pair_err). */
+static double sample_both(const float *logits, int V, const struct cs_sample_params *p, int r0,
+                          int n, struct cs_sample_result *rc_, struct cs_sample_result *rg,
+                          int *st_c, int *st_g)
+{
+    struct pair l = pair_new(logits + (size_t)r0 * V, (size_t)n * V * 4);
+    *st_c = cpu->sample(cpu, rc_, l.c, V, p + r0, n);
+    *st_g = gpu->sample(gpu, rg, l.g, V, p + r0, n);
+    double err = pair_err(&l, (size_t)n * V);
+    pair_free(&l);
+    return err;
+}
+
+static int result_bits_same(const struct cs_sample_result *a, const struct cs_sample_result *b)
+{
+    if (a->token != b->token || a->n_top != b->n_top || memcmp(&a->logprob, &b->logprob, 4))
+        return 0;
+    for (int k = 0; k < a->n_top; k++)
+        if (a->top_ids[k] != b->top_ids[k] || memcmp(&a->top_logprobs[k], &b->top_logprobs[k], 4))
+            return 0;
+    return 1;
+}
+
+/* The multi-block prep/stats split: argmax ties in different chunks (lowest
+ * id wins), NaN and +-inf logits, a row all -inf but one id, a mask, with
+ * and without lists (fused and separate prep), at 5 rows and 1 row: GPU
+ * equal to the CPU (tokens exact, logprobs 1e-5, processed logits exact)
+ * and each row bitwise the same alone as inside the batch. */
+static void test_ops_sample_edges(void)
+{
+    const int V = 248320, R = 5;
+    float *logits = randv((size_t)R * V, 4.0f);
+    float *row;
+    row = logits;   /* row 0: a 3-way tie at the top, far apart; the lowest is not id 0 */
+    row[247000] = row[130001] = row[5] = 10.0f;
+    row = logits + (size_t)1 * V;   /* row 1: a tie in two late chunks and one inside a chunk */
+    row[200000] = row[200001] = row[130001] = 9.5f;
+    row = logits + (size_t)2 * V;   /* row 2: NaN, -inf and two +inf (-> FLT_MAX, tie) */
+    for (int i = 11; i < V; i += 97)
+        row[i] = NAN;
+    for (int i = 13; i < V; i += 89)
+        row[i] = -INFINITY;
+    row[240000] = row[7000] = INFINITY;
+    row = logits + (size_t)3 * V;   /* row 3: all -inf (and NaN) but one id */
+    for (int i = 0; i < V; i++)
+        row[i] = i % 5 == 0 ? NAN : -INFINITY;
+    row[123456] = -5.0f;
+    uint8_t *allowed = calloc((V + 7) / 8, 1);   /* row 4: every 7th id, the top one masked */
+    for (int i = 0; i < V; i += 7)
+        allowed[i >> 3] |= 1 << (i & 7);
+    row = logits + (size_t)4 * V;
+    row[50002] = 20.0f;   /* 50002 % 7 != 0: disallowed */
+    row[100002] = 12.0f;  /* 100002 % 7 == 0: allowed, the winner */
+    int32_t bias_ids[2] = {50002, 100002}, gen[3] = {100002, 3, 3};
+    float bias_vals[2] = {INFINITY, -1.0f};   /* +inf on a disallowed id: must stay -inf */
+    struct cs_sample_params p[R];
+    memset(p, 0, sizeof p);
+    for (int r = 0; r < R; r++) {
+        p[r].top_p = 1.0f;
+        p[r].repetition_penalty = 1.0f;
+        p[r].n_logprobs = r == 1 ? -1 : r == 2 ? 2 : 2 + 4 * r;
+        p[r].seed = 77 + r;
+        p[r].draw = 3;
+    }
+    p[1].temperature = 0.9f;   /* seeded, the rest greedy */
+    p[3].temperature = 1.0f;
+    p[4].allowed = allowed;
+    int bad_tok = 0, bad_lp = 0, bad_inv = 0;
+    for (int lists = 0; lists < 2; lists++) {
+        if (lists) {   /* bias and presence on the masked row: the prep/lists path */
+            p[4].bias_ids = bias_ids, p[4].bias_vals = bias_vals, p[4].n_bias = 2;
+            p[4].gen_tokens = gen, p[4].n_gen_tokens = 3, p[4].presence_penalty = 0.5f;
+        }
+        struct cs_sample_result bc[R], bg[R], oc, og;
+        int sc, sg;
+        double err = sample_both(logits, V, p, 0, R, bc, bg, &sc, &sg);
+        CHECK(sc == 0 && sg == 0);
+        report(lists ? "sample edges logits (lists)" : "sample edges logits (fused)", err, 0);
+        for (int r = 0; r < R; r++) {
+            bad_tok += bc[r].token != bg[r].token;
+            bad_lp += !lp_close(&bc[r], &bg[r]);
+            err = sample_both(logits, V, p, r, 1, &oc, &og, &sc, &sg);   /* the row alone */
+            CHECK(sc == 0 && sg == 0 && err == 0);
+            bad_tok += oc.token != og.token;
+            bad_lp += !lp_close(&oc, &og);
+            bad_inv += !result_bits_same(&og, &bg[r]);
+            if (bc[r].token != bg[r].token || !lp_close(&bc[r], &bg[r]) || !result_bits_same(&og, &bg[r]))
+                fprintf(stderr, "edges lists=%d row %d: cpu %d (%g) gpu %d (%g) gpu alone %d (%g)\n",
+                        lists, r, bc[r].token, bc[r].logprob, bg[r].token, bg[r].logprob, og.token,
+                        og.logprob);
+        }
+        /* the expected greedy winners, independent of both backends' agreement */
+        bad_tok += bg[0].token != 5;
+        bad_tok += bg[2].token != 7000;
+        bad_tok += bg[3].token != 123456;
+        bad_tok += bg[4].token != 100002;
+        bad_lp += fabsf(bg[2].logprob - (float)-log(2.0)) > 1e-6f;   /* two FLT_MAX, rest ~0 */
+        bad_lp += bg[3].logprob != 0.0f;
+    }
+    {   /* row 1 greedy: the tie at 130001 (lowest) against 200000/200001 */
+        struct cs_sample_result oc, og;
+        int sc, sg;
+        p[1].temperature = 0.0f;
+        sample_both(logits, V, p, 1, 1, &oc, &og, &sc, &sg);
+        CHECK(sc == 0 && sg == 0);
+        bad_tok += og.token != 130001 || oc.token != 130001;
+    }
+    report("sample edges tokens", (double)bad_tok, 0);
+    report("sample edges logprobs", (double)bad_lp, 0);
+    report("sample edges batch invariance", (double)bad_inv, 0);
+    {   /* nothing allowed with a finite logit: CS_ERANGE on both */
+        struct cs_sample_result oc, og;
+        int sc, sg;
+        for (int i = 0; i < V; i++)
+            logits[i] = i % 3 ? -INFINITY : NAN;
+        sample_both(logits, V, p, 0, 1, &oc, &og, &sc, &sg);
+        report("sample edges nothing allowed", (double)((sc != CS_ERANGE) + (sg != CS_ERANGE)), 0);
+    }
+    free(allowed);
+    free(logits);
+}
+
 int main(void)
 {
     cs_log_set_level(CS_LOG_WARN);
@@ -509,6 +658,10 @@ int main(void)
     }
     test_ops_elementwise(4096, 12288, "9B");
     test_ops_elementwise(5120, 17408, "27B");
+    test_ops_add_rmsnorm(7, 4096, "9B");
+    test_ops_add_rmsnorm(1, 5120, "27B decode");
+    test_ops_add_rmsnorm(3, 1000, "odd dim");
+    test_ops_add_rmsnorm(2, 9000, "long row");
     test_ops_gated_norm(16, 32, "9B");
     test_ops_gated_norm(24, 48, "27B");
     test_ops_head_norm_rope(16, "9B");
@@ -523,6 +676,7 @@ int main(void)
     test_ops_embed(CS_DTYPE_F32, 1024, "f32");
     test_ops_embed(CS_DTYPE_BF16, 1024, "bf16");
     test_ops_sample();
+    test_ops_sample_edges();
     cpu->destroy(cpu);
     gpu->destroy(gpu);
     return test_report();
