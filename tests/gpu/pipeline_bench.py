@@ -2,7 +2,9 @@
 """pipeline_bench.py - measures the pipeline on a GPU machine (pipeline issue,
 item 6): aggregate decode throughput of `cmpserve serve --workers W` with 1, 2,
 4 and 8 concurrent greedy streams, and the per-hop cost (a decode step with W
-stages against the in-process engine's step on the same model).
+stages against the in-process engine's step on the same model; a long prompt's
+prefill likewise, per chunk). The hop cost is the difference spread over the W
+process boundaries (W - 1 edges plus the coordinator round trip).
 
 usage: pipeline_bench.py --cmpserve BIN --model M [--workers 3] [--gpus 0,0,0]
                          [--tokens 64] [--conc 1,2,4,8]
@@ -55,7 +57,7 @@ def run_conc(port, c, n):
 
 def serve(args, extra, port):
     cmd = [args.cmpserve, "serve", "--model", args.model, "--port", str(port), "--max-seqs", "8",
-           "--ctx-size", "1024", "--log-level", "warn"] + extra
+           "--ctx-size", "4096", "--log-level", "info"] + extra
     return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=open("/tmp/pb_%d.log" % port, "w"))
 
 
@@ -68,6 +70,10 @@ def main():
     ap.add_argument("--single", default="0", help="device of the in-process reference run")
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--conc", default="1,2,4,8")
+    ap.add_argument("--prefill-words", type=int, default=1800,
+                    help="words of the long prompt (about as many tokens)")
+    ap.add_argument("--prefill-tokens", type=int, default=2000, help="its approximate token count")
+    ap.add_argument("--chunk", type=int, default=512, help="the server's prefill_chunk")
     a = ap.parse_args()
     res = {}
     for label, extra, port in (("in-process", ["--gpus", a.single], 18080),
@@ -77,6 +83,14 @@ def main():
         try:
             wait_ready(port, p, 240)
             complete(port, "warm up", 8)
+            # prefill: a long prompt, one token out (the time is mostly the prompt's chunks)
+            long_prompt = "the quick brown fox jumps over the lazy dog " * (a.prefill_words // 9)
+            complete(port, long_prompt, 1)   # warm the prefill shapes
+            t0 = time.time()
+            complete(port, long_prompt, 1)
+            res[(label, "prefill")] = time.time() - t0
+            print("BENCH %s prefill of ~%d words: %.1f ms" % (label, a.prefill_words,
+                                                             res[(label, "prefill")] * 1e3), flush=True)
             for c in ([1] if label == "in-process" else [int(x) for x in a.conc.split(",")]):
                 toks, dt = run_conc(port, c, a.tokens)
                 res[(label, c)] = toks / dt
@@ -88,6 +102,10 @@ def main():
                 p.wait(30)
             except subprocess.TimeoutExpired:
                 p.kill()
+            # the pipeline engine's own account of a step (send -> STEP_DONE, per stage)
+            for line in open("/tmp/pb_%d.log" % port, errors="replace"):
+                if "steps over" in line or "stage" in line and "ms" in line and "pipeline" in line:
+                    print("LOG %s: %s" % (label, line.strip()), flush=True)
     one = res.get(("%d workers" % a.workers, 1))
     ref = res.get(("in-process", 1))
     if one and ref:
@@ -95,6 +113,12 @@ def main():
         hop = (step_w - step_1) / a.workers
         print("BENCH step: in-process %.2f ms, %d workers %.2f ms: %.2f ms per hop = %.1f%% of a step"
               % (step_1 * 1e3, a.workers, step_w * 1e3, hop * 1e3, 100 * hop / step_1))
+    pw, p1 = res.get(("%d workers" % a.workers, "prefill")), res.get(("in-process", "prefill"))
+    if pw and p1:
+        chunks = max(1, -(-a.prefill_tokens // a.chunk))
+        print("BENCH prefill: in-process %.1f ms, %d workers %.1f ms: %.2f ms per hop per %d-token "
+              "chunk (%d chunks)" % (p1 * 1e3, a.workers, pw * 1e3,
+                                     (pw - p1) * 1e3 / a.workers / chunks, a.chunk, chunks))
     four = res.get(("%d workers" % a.workers, 4))
     if one and four:
         print("BENCH 4 streams / 1 stream = %.2fx (target >= 2.5x)" % (four / one))
