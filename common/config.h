@@ -35,6 +35,7 @@ enum cs_config_kind { CS_CFG_STR, CS_CFG_INT, CS_CFG_FLOAT, CS_CFG_BOOL };
     X(INT, max_seqs, 16, "maximum concurrent sequences")                                       \
     X(INT, prefill_chunk, 512, "prefill chunk size in tokens")                                 \
     X(INT, step_tokens, 2048, "token budget of one pipeline step")                             \
+    X(INT, pipeline_inflight, 0, "steps in flight in the pipeline (0: one per stage, or 1 when workers share a GPU)") \
     X(STR, kv_type, "auto", "KV cache type: f32, f16 or auto (f16 on GPU, f32 on CPU)")        \
     X(INT, kv_page_size, 256, "tokens per KV page")                                            \
     X(STR, hidden_type, "f32", "hidden states between stages: f32 or f16")                     \

@@ -412,6 +412,22 @@ static int ep_setup(struct ep_engine *e, const struct cs_config *cfg, struct cs_
     return ep_capacity_set(e, err);
 }
 
+/* Micro-batches in flight. With one device per stage, P stages compute P
+ * steps at once. Stages that share a GPU do not run in parallel (their
+ * kernels time-slice the device), so there a second step in flight only
+ * splits the sequences into smaller batches: one step, all ready sequences
+ * batched, is faster. pipeline_inflight overrides. */
+static int ep_inflight_limit(const struct ep_engine *e)
+{
+    if (e->cfg.pipeline_inflight > 0)
+        return e->cfg.pipeline_inflight < e->n_stages ? e->cfg.pipeline_inflight : e->n_stages;
+    for (int i = 0; i < e->n_stages; i++)
+        for (int j = i + 1; j < e->n_stages; j++)
+            if (e->workers[i].gpu >= 0 && e->workers[i].gpu == e->workers[j].gpu)
+                return 1;
+    return e->n_stages;
+}
+
 static void ep_on_poll(uv_poll_t *p, int status, int events)
 {
     ep_drain(p->data);
@@ -453,8 +469,10 @@ int engine_pipeline_create(struct engine **out, struct uv_loop_s *loop, const st
     int64_t now = now_ms();
     for (int i = 0; i < e->n_stages; i++)
         e->workers[i].last_seen_ms = now;
+    e->max_inflight = ep_inflight_limit(e);
     LOG_INFO("pipeline", "%d stages ready: %d sequences, %d KV pages of %d tokens, steps of %d "
-             "tokens", e->n_stages, e->n_slots, e->pages.n_pages, e->page_size, e->budget);
+             "tokens, %d in flight", e->n_stages, e->n_slots, e->pages.n_pages, e->page_size,
+             e->budget, e->max_inflight);
     *out = &e->base;
     ep_drain(e);
     return CS_OK;

@@ -119,6 +119,7 @@ struct ep_engine {
     uint32_t epoch;                    /* high 32 bits of step ids; +1 per recovery */
     struct ep_step *steps;             /* [n_stages] */
     int n_inflight;
+    int max_inflight;                  /* micro-batches in flight (ep_inflight_limit) */
     /* scratch of one step's message */
     struct sched_seq *sseq;
     struct sched_entry *ent;

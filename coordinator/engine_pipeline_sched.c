@@ -281,7 +281,7 @@ void ep_tick(struct ep_engine *e)
     sched_admit(e);
     bool sent = false;
     int rc = 1;
-    while (rc > 0 && e->n_inflight < e->n_stages) {
+    while (rc > 0 && e->n_inflight < e->max_inflight) {
         rc = sched_step_send(e);
         sent = sent || rc != 0;
     }
