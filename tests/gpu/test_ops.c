@@ -444,12 +444,18 @@ static void test_ops_embed(uint32_t type, int E, const char *tag)
 
 /* ---- sampling ---- */
 
+/* Equal (also both -inf) or within 1e-5; NaN is never close. */
+static int lp_eq(float x, float y)
+{
+    return x == y || fabsf(x - y) <= 1e-5f;
+}
+
 static int lp_close(const struct cs_sample_result *a, const struct cs_sample_result *b)
 {
-    if (a->token != b->token || a->n_top != b->n_top || fabsf(a->logprob - b->logprob) > 1e-5f)
+    if (a->token != b->token || a->n_top != b->n_top || !lp_eq(a->logprob, b->logprob))
         return 0;
     for (int k = 0; k < a->n_top; k++)
-        if (a->top_ids[k] != b->top_ids[k] || fabsf(a->top_logprobs[k] - b->top_logprobs[k]) > 1e-5f)
+        if (a->top_ids[k] != b->top_ids[k] || !lp_eq(a->top_logprobs[k], b->top_logprobs[k]))
             return 0;
     return 1;
 }
@@ -620,6 +626,10 @@ static void test_ops_sample_edges(void)
         bad_tok += bg[4].token != 100002;
         bad_lp += fabsf(bg[2].logprob - (float)-log(2.0)) > 1e-6f;   /* two FLT_MAX, rest ~0 */
         bad_lp += bg[3].logprob != 0.0f;
+        if (fabsf(bg[2].logprob - (float)-log(2.0)) > 1e-6f || bg[3].logprob != 0.0f)
+            fprintf(stderr, "edges lists=%d: row 2 logprob %.9g (cpu %.9g, want -log 2), row 3 %.9g "
+                    "(cpu %.9g, want 0)\n", lists, bg[2].logprob, bc[2].logprob, bg[3].logprob,
+                    bc[3].logprob);
     }
     {   /* row 1 greedy: the tie at 130001 (lowest) against 200000/200001 */
         struct cs_sample_result oc, og;
