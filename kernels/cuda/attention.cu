@@ -11,7 +11,8 @@
  *
  * Work is split per sequence, which keeps it batch invariant (ops.h):
  * - decode (the sequence has one token in the step): flash-decoding. Block
- *   (split s, kv head, token) covers positions [s*256, (s+1)*256) and writes
+ *   (split s, kv head, token) covers split s of the token's context
+ *   (ops_cuda.cuh cs_attn_split_len: 64 to 256 positions) and writes
  *   an unnormalised partial (acc, m, l); a combine kernel merges the splits of
  *   each (token, head) in split order. Split boundaries depend only on the
  *   position.
@@ -257,8 +258,9 @@ static __global__ void __launch_bounds__(ATT_WARPS * 32)
     __shared__ __align__(16) T tile[ATT_TK * D];
     int s = blockIdx.x, h = blockIdx.y, di = blockIdx.z;
     int t = dec[di];
-    int p_begin = s * CS_ATTN_SPLIT;
-    int p_end = min(p_begin + CS_ATTN_SPLIT, a.pos[t] + 1);
+    int len = cs_attn_split_len(a.pos[t]);
+    int p_begin = s * len;
+    int p_end = min(p_begin + len, a.pos[t] + 1);
     if (p_begin >= p_end)
         return;
     att_state<T, D, RPW> st;
@@ -287,7 +289,7 @@ static __global__ void k_attn_combine(float *out, const float *part_acc, const f
 {
     int qh = blockIdx.x, di = blockIdx.y;
     int t = dec[di];
-    int n_s = pos[t] / CS_ATTN_SPLIT + 1;
+    int n_s = cs_attn_n_splits(pos[t]);
     size_t base = ((size_t)di * n_heads + qh) * max_splits;
     float M = -INFINITY;
 #pragma unroll 8

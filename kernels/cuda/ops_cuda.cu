@@ -256,7 +256,7 @@ static void batch_work_lists(const struct cs_batch *b, int32_t *dec, int32_t *qt
             if (dec)
                 dec[nd] = t0;
             nd++;
-            int splits = (b->pos[t0] + CS_ATTN_SPLIT) / CS_ATTN_SPLIT;
+            int splits = cs_attn_n_splits(b->pos[t0]);
             if (splits > ms)
                 ms = splits;
             continue;

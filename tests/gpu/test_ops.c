@@ -296,7 +296,7 @@ static void test_ops_attention(int Hq, int Hkv, uint32_t kv_type, const char *ta
             pair_free(&k), pair_free(&v);
         }
     }
-    /* the step: decode at 700 (3 splits), prefill 37 at 100, decode at 0, decode at 1300 */
+    /* the step: decode at 700 (11 splits of 64), prefill 37 at 100, decode at 0, decode at 1300 */
     int len[4] = {1, 37, 1, 1}, start[4] = {700, 100, 0, 1300};
     struct tb t;
     tb_init(&t, 4, len, start, sl, MP);
