@@ -6,7 +6,9 @@
  * (none allowed: CS_ERANGE); the same seed and draw give the same token while
  * successive draws follow the distribution (chi-square); logprobs are the
  * pre-temperature log-softmax (they sum to 1 over the vocab, ties by lower id);
- * NaN logits never win; the backend's sample op equals sampler_sample per row.
+ * NaN logits never win; the backend's sample op equals sampler_sample per row;
+ * a full vocabulary without top-k (radix-sorted candidates) picks what an
+ * independent qsort reference picks, ties and -0/+0 included.
  *
  * Expected RNG values, from this Python (independent of the C code):
  *   M = 2**64 - 1
@@ -22,6 +24,9 @@
  *   bits(42, 1)            -> 0x1979612563da081a, >> 40 = 1669473
  *   bits(2**64 - 1, 12345) -> 0xbb2fbce6276a5a38, >> 40 = 12267452 */
 #include <float.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "../../common/status.h"
 #include "../../kernels/sampler.h"
@@ -257,6 +262,88 @@ static void test_sampler_backend_rows_and_large_vocab(void)
     be->destroy(be);
 }
 
+/* An independent reference of step 7 without top-k (qsort on value
+ * descending, id ascending; fp32 sums in that order), for the check below. */
+struct ref_cand {
+    float v;
+    int id;
+};
+
+static int ref_cand_cmp(const void *pa, const void *pb)
+{
+    const struct ref_cand *a = pa, *b = pb;
+    if (a->v != b->v)
+        return a->v > b->v ? -1 : 1;
+    return a->id < b->id ? -1 : a->id > b->id;
+}
+
+static int ref_choose(const float *l, int n, const struct cs_sample_params *p)
+{
+    struct ref_cand *c = malloc((size_t)n * sizeof *c);
+    int nc = 0;
+    for (int i = 0; i < n; i++)
+        if (isfinite(l[i]))
+            c[nc++] = (struct ref_cand){l[i] / p->temperature, i};
+    qsort(c, (size_t)nc, sizeof *c, ref_cand_cmp);
+    float l0 = c[0].v, total = 0.0f;
+    float *pr = malloc((size_t)nc * sizeof *pr);
+    for (int i = 0; i < nc; i++)
+        total += pr[i] = expf(c[i].v - l0);
+    if (p->top_p < 1.0f) {
+        float run = 0.0f;
+        for (int i = 0; i < nc; i++)
+            if ((run += pr[i]) >= p->top_p * total) {
+                nc = i + 1;
+                break;
+            }
+    }
+    total = 0.0f;
+    for (int i = 0; i < nc; i++)
+        total += pr[i];
+    float target = sampler_uniform(p->seed, p->draw) * total, run = 0.0f;
+    int tok = c[nc - 1].id;
+    for (int i = 0; i < nc; i++)
+        if ((run += pr[i]) > target) {
+            tok = c[i].id;
+            break;
+        }
+    free(c);
+    free(pr);
+    return tok;
+}
+
+/* A full vocabulary at temperature > 0 without top-k (the candidate sort
+ * then runs as a radix sort) picks the token the qsort reference picks, over
+ * many draws, with heavy ties including -0 against +0 (equal: ordered by id)
+ * and NaN / inf. */
+static void test_sampler_full_vocab_order(void)
+{
+    int V = 60000, bad = 0;
+    float *l = malloc(sizeof(float) * V), *work = malloc(sizeof(float) * V);
+    for (int i = 0; i < V; i++) {
+        int k = (int)(kt_rand() * 6.0f + 6.0f);   /* few distinct values: many ties */
+        l[i] = (float)(k - 6) * 0.25f;
+        if (l[i] == 0.0f && (i & 1))
+            l[i] = -0.0f;
+    }
+    l[17] = NAN;
+    l[18] = -INFINITY;
+    for (int d = 0; d < 200; d++) {
+        struct cs_sample_params p = random_params(1234, (uint64_t)d);
+        p.temperature = d % 2 ? 0.7f : 1.0f;
+        p.top_p = d % 3 ? 1.0f : 0.9f;
+        struct cs_sample_result r;
+        memcpy(work, l, sizeof(float) * V);
+        CHECK_EQ_INT(sampler_sample(&r, work, V, &p), CS_OK);
+        memcpy(work, l, sizeof(float) * V);
+        work[17] = -INFINITY;   /* the sanitised values */
+        bad += r.token != ref_choose(work, V, &p);
+    }
+    CHECK_EQ_INT(bad, 0);
+    free(l);
+    free(work);
+}
+
 int main(void)
 {
     RUN(test_sampler_rng_pinned);
@@ -268,5 +355,6 @@ int main(void)
     RUN(test_sampler_seeded_determinism_and_distribution);
     RUN(test_sampler_logprobs);
     RUN(test_sampler_backend_rows_and_large_vocab);
+    RUN(test_sampler_full_vocab_order);
     return test_report();
 }
