@@ -42,10 +42,9 @@
  *    Candidates past SAMP_C matter only when their p_i >= 2^-24 (smaller ones
  *    cannot change an fp32 running sum that is >= 1) or when rounding leaves
  *    no pick; then the row is flagged and the host runs the reference
- *    sampler on the processed logits (exact, but not rare on flat
- *    distributions: more than SAMP_C candidates within ~16.6 of the top
- *    after temperature; docs/PERF.md "Known broken"). Logits are modified
- *    in place by steps 0-4 (not by temperature, as on the CPU). */
+ *    sampler on the processed logits (exact, not rare on flat logits: >
+ *    SAMP_C candidates within ~16.6 of the top; PERF.md "Known broken").
+ * Logits are modified in place by steps 0-4 (not by temperature). */
 #include <float.h>
 #include <stdlib.h>
 #include <string.h>
