@@ -193,19 +193,14 @@ static bool candidates_radix_sort(struct cand *c, int n)
     return true;
 }
 
-/* Order the candidates (finite logits, divided by T and clamped to
- * +-FLT_MAX), keeping the best top_k (all when top_k <= 0); returns how many
- * are kept in c[0..). */
+/* Order the candidates (finite logits as sampler_scaled values), keeping
+ * the best top_k (all when top_k <= 0); returns how many are kept in c[0..). */
 static int candidates_build(struct cand *c, const float *l, int n, float temperature, int top_k)
 {
     int nc = 0;
-    for (int i = 0; i < n; i++) {
-        if (!isfinite(l[i]))
-            continue;
-        float v = l[i] / temperature;
-        v = v > FLT_MAX ? FLT_MAX : v < -FLT_MAX ? -FLT_MAX : v;
-        c[nc++] = (struct cand){v, i};
-    }
+    for (int i = 0; i < n; i++)
+        if (isfinite(l[i]))
+            c[nc++] = (struct cand){sampler_scaled(l[i], temperature), i};
     if (top_k > 0 && top_k < nc) {
         for (int i = top_k / 2 - 1; i >= 0; i--)
             heap_sift_down(c, top_k, i);
@@ -222,45 +217,62 @@ static int candidates_build(struct cand *c, const float *l, int n, float tempera
     return nc;
 }
 
-/* Step 7 on the candidates; c[i].l turns from logit into p_i on the way. */
-static int32_t choose_random(const float *l, int n, const struct cs_sample_params *p,
-                             struct cand *c)
+/* Step 7 (sampler.h): mark the kept ids in keep[0..n), return v_0. Only
+ * top-k and top-p need the candidate order; without them nothing is sorted. */
+static float step7_keep(uint8_t *keep, const float *l, int n, const struct cs_sample_params *p,
+                        struct cand *c)
 {
-    int nc = candidates_build(c, l, n, p->temperature, p->top_k);
-    float l0 = c[0].l, total = 0.0f;
-    for (int i = 0; i < nc; i++) {
-        c[i].l = expf(c[i].l - l0);
-        total += c[i].l;
+    float T = p->temperature, v0 = -INFINITY;
+    for (int i = 0; i < n; i++)
+        if (isfinite(l[i])) {
+            float v = sampler_scaled(l[i], T);
+            v0 = v > v0 ? v : v0;
+        }
+    uint64_t floor_w = sampler_min_p_floor(p->min_p);
+    memset(keep, 0, (size_t)n);
+    if (p->top_k <= 0 && !(p->top_p < 1.0f)) {
+        for (int i = 0; i < n; i++)
+            keep[i] = isfinite(l[i]) && sampler_weight(sampler_scaled(l[i], T) - v0) >= floor_w;
+        return v0;
     }
+    int nc = candidates_build(c, l, n, T, p->top_k);   /* the first top_k, in order */
     if (p->top_p < 1.0f) {
-        float run = 0.0f, target = p->top_p * total;
-        int keep = nc;
-        for (int i = 0; i < nc; i++) {
-            run += c[i].l;
+        uint64_t total = 0;
+        for (int j = 0; j < nc; j++)
+            total += sampler_weight(c[j].l - v0);
+        uint64_t target = sampler_top_p_target(p->top_p, total), run = 0;
+        for (int j = 0; j < nc; j++) {
+            run += sampler_weight(c[j].l - v0);
             if (run >= target) {
-                keep = i + 1;
+                nc = j + 1;
                 break;
             }
         }
-        nc = keep;
     }
-    if (p->min_p > 0.0f) {
-        float floor_p = p->min_p * c[0].l;
-        int keep = 1;
-        while (keep < nc && !(c[keep].l < floor_p))
-            keep++;
-        nc = keep;
-    }
-    total = 0.0f;
-    for (int i = 0; i < nc; i++)
-        total += c[i].l;
-    float target = sampler_uniform(p->seed, p->draw) * total, run = 0.0f;
-    for (int i = 0; i < nc; i++) {
-        run += c[i].l;
-        if (run > target)
-            return c[i].id;
-    }
-    return c[nc - 1].id;
+    for (int j = 0; j < nc; j++)
+        keep[c[j].id] = sampler_weight(c[j].l - v0) >= floor_w;
+    return v0;
+}
+
+/* Step 7f: the draw over the kept ids in ascending id order. */
+static int32_t choose_random(const float *l, int n, const struct cs_sample_params *p,
+                             struct cand *c, uint8_t *keep)
+{
+    float T = p->temperature, v0 = step7_keep(keep, l, n, p, c);
+    uint64_t total = 0;
+    for (int i = 0; i < n; i++)
+        if (keep[i])
+            total += sampler_weight(sampler_scaled(l[i], T) - v0);
+    uint64_t r = sampler_draw_point(p->seed, p->draw, total), run = 0;
+    int32_t last = -1;
+    for (int i = 0; i < n; i++)
+        if (keep[i]) {
+            run += sampler_weight(sampler_scaled(l[i], T) - v0);
+            last = i;
+            if (run > r)
+                return i;
+        }
+    return last;   /* not reached: r < total */
 }
 
 int sampler_sample(struct cs_sample_result *result, float *logits, int n_vocab,
@@ -269,7 +281,8 @@ int sampler_sample(struct cs_sample_result *result, float *logits, int n_vocab,
     if (!result || !logits || !params || n_vocab <= 0)
         return CS_EINVAL;
     const struct cs_sample_params *p = params;
-    void *scratch = malloc((size_t)n_vocab * sizeof(struct cand));
+    /* candidates, then one keep flag per id (the penalties reuse the front) */
+    void *scratch = malloc((size_t)n_vocab * (sizeof(struct cand) + 1));
     if (!scratch)
         return CS_ENOMEM;
     logits_sanitise(logits, n_vocab);
@@ -283,7 +296,10 @@ int sampler_sample(struct cs_sample_result *result, float *logits, int n_vocab,
         return CS_ERANGE;
     }
     memset(result, 0, sizeof(*result));
-    result->token = p->temperature > 0.0f ? choose_random(logits, n_vocab, p, scratch) : best;
+    result->token = sampler_is_greedy(p->temperature)
+                        ? best
+                        : choose_random(logits, n_vocab, p, scratch,
+                                        (uint8_t *)scratch + (size_t)n_vocab * sizeof(struct cand));
     logprobs_fill(result, logits, n_vocab, p->n_logprobs);
     free(scratch);
     return CS_OK;

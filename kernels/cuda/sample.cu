@@ -32,49 +32,27 @@
  *    the fp32 logprob hides except in rare last-bit cases.
  * 3. k_samp_select: the top SAMP_C candidates by (key descending, id
  *    ascending), sorted, through a radix select on the fp32 key (4 passes of
- *    8 bits) and a bitonic sort. Keys: logit / T clamped to +-FLT_MAX for
- *    sampling (step 7), the logit itself for the top logprobs.
- *    (Still one block of SAMP_THREADS per row and per list.)
- * 4. k_samp_choose (one block per row): the combine of 2, then, by one
- *    thread, step 7 on the candidates, sequential fp32 sums in
- *    candidate order with IEEE operations (no contraction, no fast math);
- *    p_i = expf(v_i - v_0) computed as the double exp rounded to fp32.
- *    Candidates past SAMP_C matter only when their p_i >= 2^-24 (smaller ones
- *    cannot change an fp32 running sum that is >= 1) or when rounding leaves
- *    no pick; then the row is flagged and the host runs the reference
- *    sampler on the processed logits (exact, not rare on flat logits: >
- *    SAMP_C candidates within ~16.6 of the top; PERF.md "Known broken").
+ *    8 bits) and a bitonic sort. Keys: sampler_scaled(logit, T) for step 7's
+ *    top-k/top-p cut (rows without top-k and top-p skip it), the logit
+ *    itself for the top logprobs. (Still one block of SAMP_THREADS per row
+ *    and per list.)
+ * 4. Step 7 for the rows with temperature: sample_draw.cu, exact over the
+ *    whole vocabulary (integer weights and sums), nothing sent to the host.
+ * 5. k_samp_choose (one block per row): the combine of 2, the greedy token
+ *    or step 7's draw, and the logprobs.
  * Logits are modified in place by steps 0-4 (not by temperature). */
 #include <float.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "../sampler.h"
 #include "cuda_util.cuh"
 #include "ops_cuda.cuh"
+#include "sample.cuh"
 
-#define SAMP_C 1024          /* candidates kept for step 7 */
-#define SAMP_LP_C 32         /* candidates kept for the top logprobs */
-#define SAMP_THREADS 1024   /* k_samp_select */
-#define SAMP_PT 256          /* the streaming kernels, k_samp_lists, k_samp_choose */
 #define SAMP_MAX_DEV 64      /* devices whose SM count samp_split caches */
 
-struct samp_row {
-    float temperature, top_p, min_p, rep, presence, frequency;
-    int top_k, n_logprobs;
-    unsigned long long seed, draw;
-    int bias_off, n_bias, rep_off, n_rep, gen_off, n_gen, mask_off;
-};
-
-/* One block's share of a row (k_samp_stats), combined by k_samp_choose. */
-struct samp_part {
-    float max;
-    int argmax, n_finite;
-    double sum;   /* sum of exp(l - max) over the block's ids; 0 when max is -inf */
-};
-
 struct samp_out {
-    int token, fallback, n_top;
+    int token, n_top;
     float logprob;
     int top_ids[CS_MAX_TOP_LOGPROBS];
     float top_lp[CS_MAX_TOP_LOGPROBS];
@@ -242,22 +220,13 @@ static __global__ void __launch_bounds__(SAMP_PT)
 
 /* ---- 3. top-C selection ---- */
 
-/* The key of a logit: (clamped) logit / T, or the logit when T <= 0. */
+/* The key of a logit: step 7's sampler_scaled value (-inf when not
+ * finite), or the logit itself when T is greedy (the logprob list). */
 static __device__ __forceinline__ float samp_key(float l, float T)
 {
-    if (T <= 0.0f)
+    if (sampler_is_greedy(T))
         return l;
-    if (!isfinite(l))
-        return -INFINITY;
-    float v = __fdiv_rn(l, T);
-    return v > FLT_MAX ? FLT_MAX : (v < -FLT_MAX ? -FLT_MAX : v);
-}
-
-/* Order-preserving map of a float to unsigned (larger float, larger code). */
-static __device__ __forceinline__ unsigned samp_code(float v)
-{
-    unsigned u = __float_as_uint(v);
-    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+    return isfinite(l) ? sampler_scaled(l, T) : -INFINITY;
 }
 
 /* Candidate a before b: key descending, then id ascending. */
@@ -279,7 +248,11 @@ static __global__ void __launch_bounds__(SAMP_THREADS)
     __shared__ float sk[C];
     __shared__ int si[C];
     const float *l = logits + (size_t)blockIdx.x * V;
-    float T = use_temperature ? rows[blockIdx.x].temperature : 0.0f;
+    const struct samp_row *p = &rows[blockIdx.x];
+    if (use_temperature && (sampler_is_greedy(p->temperature) ||
+                            (p->top_k <= 0 && !(p->top_p < 1.0f))))
+        return;   /* step 7 reads no list for this row */
+    float T = use_temperature ? p->temperature : 0.0f;
     int tid = threadIdx.x;
     /* radix select: the code of the C-th largest key */
     unsigned prefix = 0, need = (unsigned)(C < V ? C : V);
@@ -389,66 +362,16 @@ static __global__ void __launch_bounds__(SAMP_THREADS)
     }
 }
 
-/* ---- 4. step 7 and the logprobs, one thread per row ---- */
-
-static __device__ float samp_p(float v, float v0)
-{
-    return (float)exp((double)__fsub_rn(v, v0));
-}
-
-/* Step 7 on the sorted candidates; returns the token or -1 (host fallback). */
-static __device__ int samp_choose(const float *key, const int *id, const struct samp_row *p,
-                                  int n_finite)
-{
-    int K = p->top_k > 0 && p->top_k < n_finite ? p->top_k : n_finite;
-    int nc = K < SAMP_C ? K : SAMP_C;
-    bool beyond = K > SAMP_C;   /* candidates past the list exist */
-    float v0 = key[0];
-    if (beyond && samp_p(key[SAMP_C - 1], v0) >= 5.9604645e-08f)   /* 2^-24 */
-        return -1;
-    float total = 0.0f;
-    for (int i = 0; i < nc; i++)
-        total = __fadd_rn(total, samp_p(key[i], v0));
-    if (p->top_p < 1.0f) {
-        float run = 0.0f, target = __fmul_rn(p->top_p, total);
-        for (int i = 0; i < nc; i++) {
-            run = __fadd_rn(run, samp_p(key[i], v0));
-            if (run >= target) {
-                nc = i + 1;
-                beyond = false;
-                break;
-            }
-        }
-    }
-    if (p->min_p > 0.0f) {
-        float floor_p = __fmul_rn(p->min_p, 1.0f);
-        int keep = 1;
-        while (keep < nc && !(samp_p(key[keep], v0) < floor_p))
-            keep++;
-        if (keep < nc)
-            beyond = false;
-        nc = keep;
-    }
-    total = 0.0f;
-    for (int i = 0; i < nc; i++)
-        total = __fadd_rn(total, samp_p(key[i], v0));
-    float target = __fmul_rn(sampler_uniform(p->seed, p->draw), total), run = 0.0f;
-    for (int i = 0; i < nc; i++) {
-        run = __fadd_rn(run, samp_p(key[i], v0));
-        if (run > target)
-            return id[i];
-    }
-    return beyond ? -1 : id[nc - 1];
-}
+/* ---- 5. the token and the logprobs ---- */
 
 /* One block of SAMP_PT per row: the combine of the row's B partials (fixed
  * order: thread t takes blocks t, t + SAMP_PT, ... ascending, then the fixed
- * shuffle tree and the warps in order), then thread 0 chooses. */
+ * shuffle tree and the warps in order), then thread 0 takes the greedy
+ * token or step 7's draw (cut[r].token) and fills the logprobs. */
 static __global__ void __launch_bounds__(SAMP_PT)
     k_samp_choose(struct samp_out *out, const float *logits, int V,
                   const struct samp_row *rows, const struct samp_part *part, int B,
-                  const float *cand_key, const int *cand_id, const float *lp_key,
-                  const int *lp_id)
+                  const struct samp_cut *cut, const float *lp_key, const int *lp_id)
 {
     __shared__ float s_max[SAMP_PT / 32];
     __shared__ int s_arg[SAMP_PT / 32], s_cnt[SAMP_PT / 32];
@@ -497,19 +420,11 @@ static __global__ void __launch_bounds__(SAMP_PT)
         total += s_sum[w];   /* S */
     const struct samp_row *p = &rows[r];
     struct samp_out *o = &out[r];
-    o->fallback = 0;
     o->n_top = 0;
-    if (!isfinite(best)) {
+    int tok = sampler_is_greedy(p->temperature) ? arg : cut[r].token;
+    if (!isfinite(best) || tok < 0) {
         o->token = -1;   /* CS_ERANGE: nothing allowed */
         return;
-    }
-    int tok = arg;
-    if (p->temperature > 0.0f) {
-        tok = samp_choose(cand_key + (size_t)r * SAMP_C, cand_id + (size_t)r * SAMP_C, p, n_fin);
-        if (tok < 0) {
-            o->fallback = 1;
-            return;
-        }
     }
     o->token = tok;
     double base = (double)best + log(total);
@@ -623,25 +538,6 @@ static long samp_pack(int32_t *data, long cap, struct samp_row *rows,
     return at;
 }
 
-/* Rows the GPU could not decide exactly: the reference sampler on the
- * processed logits (steps 0-4 already applied, so they are neutralised). */
-static int samp_fallback(struct cs_sample_result *res, const float *logits, int V,
-                         const struct cs_sample_params *params)
-{
-    float *row = (float *)malloc((size_t)V * sizeof(float));
-    if (!row)
-        return CS_ENOMEM;
-    CS_CUDA_CHECK(cudaMemcpy(row, logits, (size_t)V * sizeof(float), cudaMemcpyDeviceToHost));
-    struct cs_sample_params p = *params;
-    p.n_bias = 0;
-    p.repetition_penalty = 1.0f;
-    p.presence_penalty = p.frequency_penalty = 0.0f;
-    p.allowed = NULL;
-    int rc = sampler_sample(res, row, V, &p);
-    free(row);
-    return rc;
-}
-
 /* The split of a row into *blocks chunks of *chunk ids (a multiple of
  * SAMP_PT): about 2 blocks per SM for one row. It depends on V and the
  * device's SM count only, never on the batch, so a row's partials and sums
@@ -704,12 +600,15 @@ int cuda_op_sample(struct cs_backend *be, struct cs_sample_result *results, floa
     }
     {
         long words = samp_pack(NULL, 0, rows_h, params, n, V, seen, count);
-        /* device layout: rows | data | partials | out | cand keys/ids | lp keys/ids */
+        /* device layout: rows | data | partials | out | weight partials | step-7
+         * states | cand keys/ids | lp keys/ids */
         size_t o_rows = 0;
         size_t o_data = o_rows + (((size_t)n * sizeof(struct samp_row) + 255) & ~255ul);
         size_t o_part = o_data + (((size_t)words * 4 + 255) & ~255ul);
         size_t o_out = o_part + (((size_t)n * B * sizeof(struct samp_part) + 255) & ~255ul);
-        size_t o_ck = o_out + (((size_t)n * sizeof(struct samp_out) + 255) & ~255ul);
+        size_t o_wp = o_out + (((size_t)n * sizeof(struct samp_out) + 255) & ~255ul);
+        size_t o_cut = o_wp + (((size_t)n * B * sizeof(struct samp_wpart) + 255) & ~255ul);
+        size_t o_ck = o_cut + (((size_t)n * sizeof(struct samp_cut) + 255) & ~255ul);
         size_t o_ci = o_ck + (size_t)n * SAMP_C * 4;
         size_t o_lk = o_ci + (size_t)n * SAMP_C * 4;
         size_t o_li = o_lk + (size_t)n * SAMP_LP_C * 4;
@@ -729,7 +628,7 @@ int cuda_op_sample(struct cs_backend *be, struct cs_sample_result *results, floa
         samp_pack((int32_t *)(h + o_data), words, rows_h, params, n, V, seen, count);
         for (int r = 0; r < n; r++) {
             any_list |= rows_h[r].n_bias > 0 || rows_h[r].n_rep > 0 || rows_h[r].n_gen > 0;
-            any_t |= params[r].temperature > 0.0f;
+            any_t |= !sampler_is_greedy(params[r].temperature);
             any_lp |= params[r].n_logprobs > 0;
         }
         const struct samp_row *rows_d = (const struct samp_row *)(d + o_rows);
@@ -760,9 +659,17 @@ int cuda_op_sample(struct cs_backend *be, struct cs_sample_result *results, floa
                 (float *)(d + o_lk), (int *)(d + o_li), logits, V, rows_d, 0);
             SAMP_CUDA(cudaGetLastError());
         }
-        k_samp_choose<<<n, SAMP_PT, 0, c->stream>>>(
-            out_d, logits, V, rows_d, part_d, B, (const float *)(d + o_ck),
-            (const int *)(d + o_ci), (const float *)(d + o_lk), (const int *)(d + o_li));
+        struct samp_cut *cut_d = (struct samp_cut *)(d + o_cut);
+        if (any_t) {
+            rc = samp_step7_queue(c->stream, (struct samp_wpart *)(d + o_wp), cut_d, logits, V,
+                                  chunk, B, n, rows_d, part_d, (const float *)(d + o_ck),
+                                  (const int *)(d + o_ci));
+            if (rc != CS_OK)
+                goto done;
+        }
+        k_samp_choose<<<n, SAMP_PT, 0, c->stream>>>(out_d, logits, V, rows_d, part_d, B, cut_d,
+                                                     (const float *)(d + o_lk),
+                                                     (const int *)(d + o_li));
         SAMP_CUDA(cudaGetLastError());
         struct samp_out *out_h = (struct samp_out *)(h + o_out);
         SAMP_CUDA(cudaMemcpyAsync(out_h, out_d, (size_t)n * sizeof(struct samp_out),
@@ -772,10 +679,6 @@ int cuda_op_sample(struct cs_backend *be, struct cs_sample_result *results, floa
         for (int r = 0; r < n && rc == CS_OK; r++) {
             struct cs_sample_result *res = &results[r];
             const struct samp_out *o = &out_h[r];
-            if (o->fallback) {
-                rc = samp_fallback(res, logits + (size_t)r * V, V, &params[r]);
-                continue;
-            }
             if (o->token < 0) {
                 rc = CS_ERANGE;
                 break;

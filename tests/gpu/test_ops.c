@@ -7,7 +7,9 @@
  * mixed with prefill chunks in one batch), conv1d_silu + gdn (a prefill
  * chunk and a decode token in one batch, then a second step on the updated
  * state), embed (Q8_0 / F16 / F32 tables, bitwise), and sample (greedy and
- * seeded draws equal to the CPU token for token; logprobs within 1e-5).
+ * seeded draws equal to the CPU token for token, flat rows whose top-k or
+ * top-p cut lies past the GPU's sorted list of 1024 included; logprobs
+ * within 1e-5).
  * It also checks batch invariance on the GPU: a decode token's attention
  * output is bitwise the same alone and inside a mixed batch.
  * Each check prints "RESULT <name> PASS|FAIL <error figure> (bound)", which
@@ -462,10 +464,10 @@ static int lp_close(const struct cs_sample_result *a, const struct cs_sample_res
 
 static void test_ops_sample(void)
 {
-    const int V = 248320, R = 8;
+    const int V = 248320, R = 12;
     float *logits = randv((size_t)R * V, 4.0f);
     for (int r = 3; r < R; r++)   /* LM-like rows: a head of 40 tokens well above the bulk */
-        if (r != 6)                 /* row 6 stays flat: more than 1024 candidates matter */
+        if (r != 6 && (r < 8 || r == 11))   /* 6, 8-10 stay flat: thousands of candidates matter */
             for (int i = 0; i < 40; i++)
                 logits[(size_t)r * V + (size_t)(i * 6151 + r) % V] = 14.0f + 0.25f * i + frand();
     for (int r = 0; r < R; r++)   /* a peaked row, a row with ties at the top */
@@ -496,6 +498,11 @@ static void test_ops_sample(void)
     p[6].temperature = 1.0f, p[6].min_p = 0.05f, p[6].bias_ids = bias_ids,
     p[6].bias_vals = bias_vals, p[6].n_bias = 3;
     p[7].temperature = 0.8f, p[7].allowed = allowed, p[7].n_logprobs = 2;
+    /* step 7's cut past the sorted list of 1024: the full radix selects */
+    p[8].temperature = 1.0f, p[8].top_p = 0.9f;                        /* weighted */
+    p[9].temperature = 0.9f, p[9].top_k = 5000;                        /* counting */
+    p[10].temperature = 1.2f, p[10].top_k = 3000, p[10].top_p = 0.5f, p[10].min_p = 0.01f;
+    p[11].temperature = 0.7f, p[11].top_k = 2000, p[11].top_p = 0.99f;  /* peaked, k past list */
     for (int r = 0; r < R; r++) {
         p[r].gen_tokens = gen, p[r].n_gen_tokens = 6, p[r].ctx_tokens = ctx, p[r].n_ctx_tokens = 8;
     }

@@ -7,8 +7,9 @@
  * successive draws follow the distribution (chi-square); logprobs are the
  * pre-temperature log-softmax (they sum to 1 over the vocab, ties by lower id);
  * NaN logits never win; the backend's sample op equals sampler_sample per row;
- * a full vocabulary without top-k (radix-sorted candidates) picks what an
- * independent qsort reference picks, ties and -0/+0 included.
+ * a full vocabulary (radix-sorted candidates), with and without top-k, top-p
+ * and min-p, picks what an independent qsort reference of step 7 picks, ties
+ * and -0/+0 included; the integer steps of sampler.h give pinned values.
  *
  * Expected RNG values, from this Python (independent of the C code):
  *   M = 2**64 - 1
@@ -22,7 +23,16 @@
  *   bits(0, 0)             -> 0x88ce4b48a6765bfc, >> 40 = 8965707
  *   bits(42, 0)            -> 0xa469845270661dad, >> 40 = 10774916
  *   bits(42, 1)            -> 0x1979612563da081a, >> 40 = 1669473
- *   bits(2**64 - 1, 12345) -> 0xbb2fbce6276a5a38, >> 40 = 12267452 */
+ *   bits(2**64 - 1, 12345) -> 0xbb2fbce6276a5a38
+ *   (bits(0, 0) * 10) >> 64                      -> 5
+ *   (bits(42, 1) * (3 << 40)) >> 64              -> 328231776299
+ *   (bits(2**64 - 1, 12345) * (2**63 - 5)) >> 64 -> 6744103552843853080
+ *
+ * Expected weights (sampler_weight), from the same steps in Python with
+ * every fp32 operation rounded through struct.pack('f') (independent of the
+ * C code): x = -0.5 -> 2605029376, -1 -> 1580030208, -2.5 -> 352552384,
+ * -10 -> 194991, -0.125 -> 3790295296, -0.34657359 -> 3037000448,
+ * -22.9 -> 0, -1e-9 -> 2^32. */
 #include <float.h>
 #include <math.h>
 #include <stdlib.h>
@@ -73,9 +83,49 @@ static void test_sampler_rng_pinned(void)
     CHECK(sampler_bits(42, 0) == 0xa469845270661dadull);
     CHECK(sampler_bits(42, 1) == 0x1979612563da081aull);
     CHECK(sampler_bits(UINT64_MAX, 12345) == 0xbb2fbce6276a5a38ull);
-    CHECK(sampler_uniform(0, 0) == 8965707.0f / 16777216.0f);
-    CHECK(sampler_uniform(42, 1) == 1669473.0f / 16777216.0f);
-    CHECK(sampler_uniform(UINT64_MAX, 12345) == 12267452.0f / 16777216.0f);
+    CHECK(sampler_draw_point(0, 0, 10) == 5);
+    CHECK(sampler_draw_point(42, 1, 3ull << 40) == 328231776299ull);
+    CHECK(sampler_draw_point(UINT64_MAX, 12345, (1ull << 63) - 5) == 6744103552843853080ull);
+}
+
+/* sampler.h's integer arithmetic: the weights equal the values pinned above
+ * and stay within 1e-6 relative (+1 for the truncation) of 2^32 exp(x);
+ * the top-p target and the min-p floor follow their formulas, 128-bit
+ * product included. */
+static void test_sampler_integer_steps(void)
+{
+    CHECK(sampler_weight(-0.5f) == 2605029376ull);
+    CHECK(sampler_weight(-1.0f) == 1580030208ull);
+    CHECK(sampler_weight(-2.5f) == 352552384ull);
+    CHECK(sampler_weight(-10.0f) == 194991ull);
+    CHECK(sampler_weight(-0.125f) == 3790295296ull);
+    CHECK(sampler_weight(-0.34657359f) == 3037000448ull);
+    CHECK(sampler_weight(-22.9f) == 0);
+    CHECK(sampler_weight(-1e-9f) == 1ull << 32);
+    CHECK(sampler_weight(0.0f) == 1ull << 32);
+    CHECK(sampler_weight(-INFINITY) == 0 && sampler_weight(NAN) == 0);
+    int bad = 0;
+    uint64_t prev = 1ull << 32;
+    for (int i = 1; i <= 230000; i++) {   /* x from 0 down to -23 */
+        float x = -(float)i * 1e-4f;
+        uint64_t w = sampler_weight(x);
+        double e = 4294967296.0 * exp((double)x);
+        bad += fabs((double)w - e) > 1e-6 * e + 1.0;
+        bad += w > prev;   /* never increases as x falls */
+        prev = w;
+    }
+    CHECK_EQ_INT(bad, 0);
+    CHECK(sampler_top_p_target(0.5f, 10) == 5);
+    CHECK(sampler_top_p_target(0.7f, 3) == 3);                 /* ceil(11744051 * 3 / 2^24) */
+    CHECK(sampler_top_p_target(0.9f, 1ull << 62) == 15099494ull << 38);
+    CHECK(sampler_top_p_target(1e-30f, 1000) == 1);            /* at least one */
+    CHECK(sampler_min_p_floor(0.05f) == 214748368ull);
+    CHECK(sampler_min_p_floor(0.0f) == 0 && sampler_min_p_floor(1.0f) == 1ull << 32);
+    CHECK(sampler_is_greedy(0.0f) && sampler_is_greedy(-1.0f) && sampler_is_greedy(NAN) &&
+          sampler_is_greedy(1e-40f) && !sampler_is_greedy(1e-30f));
+    CHECK(sampler_scaled(1e-40f, 0.5f) == 0.0f && sampler_scaled(3e38f, 0.5f) == FLT_MAX);
+    float z = sampler_scaled(-1e-39f * 1e-3f, 1e-3f);   /* subnormal in: +0 out */
+    CHECK(z == 0.0f && !signbit(z));
 }
 
 static void test_sampler_greedy_ties(void)
@@ -262,8 +312,9 @@ static void test_sampler_backend_rows_and_large_vocab(void)
     be->destroy(be);
 }
 
-/* An independent reference of step 7 without top-k (qsort on value
- * descending, id ascending; fp32 sums in that order), for the check below. */
+/* An independent reference of step 7 (qsort on value descending, id
+ * ascending; a running sum in that order for top-p; the draw over ids
+ * ascending), sharing only sampler.h's arithmetic helpers. */
 struct ref_cand {
     float v;
     int id;
@@ -280,35 +331,38 @@ static int ref_cand_cmp(const void *pa, const void *pb)
 static int ref_choose(const float *l, int n, const struct cs_sample_params *p)
 {
     struct ref_cand *c = malloc((size_t)n * sizeof *c);
+    uint8_t *keep = calloc((size_t)n, 1);
     int nc = 0;
     for (int i = 0; i < n; i++)
         if (isfinite(l[i]))
-            c[nc++] = (struct ref_cand){l[i] / p->temperature, i};
+            c[nc++] = (struct ref_cand){sampler_scaled(l[i], p->temperature), i};
     qsort(c, (size_t)nc, sizeof *c, ref_cand_cmp);
-    float l0 = c[0].v, total = 0.0f;
-    float *pr = malloc((size_t)nc * sizeof *pr);
-    for (int i = 0; i < nc; i++)
-        total += pr[i] = expf(c[i].v - l0);
+    float v0 = c[0].v;
+    if (p->top_k > 0 && p->top_k < nc)
+        nc = p->top_k;
     if (p->top_p < 1.0f) {
-        float run = 0.0f;
+        uint64_t total = 0, run = 0;
         for (int i = 0; i < nc; i++)
-            if ((run += pr[i]) >= p->top_p * total) {
+            total += sampler_weight(c[i].v - v0);
+        for (int i = 0; i < nc; i++)
+            if ((run += sampler_weight(c[i].v - v0)) >= sampler_top_p_target(p->top_p, total)) {
                 nc = i + 1;
                 break;
             }
     }
-    total = 0.0f;
+    uint64_t total = 0, run = 0;
     for (int i = 0; i < nc; i++)
-        total += pr[i];
-    float target = sampler_uniform(p->seed, p->draw) * total, run = 0.0f;
-    int tok = c[nc - 1].id;
-    for (int i = 0; i < nc; i++)
-        if ((run += pr[i]) > target) {
-            tok = c[i].id;
-            break;
+        if (sampler_weight(c[i].v - v0) >= sampler_min_p_floor(p->min_p)) {
+            keep[c[i].id] = 1;
+            total += sampler_weight(c[i].v - v0);
         }
+    uint64_t r = sampler_draw_point(p->seed, p->draw, total);
+    int tok = -1;
+    for (int i = 0; i < n && tok < 0; i++)
+        if (keep[i] && (run += sampler_weight(sampler_scaled(l[i], p->temperature) - v0)) > r)
+            tok = i;
     free(c);
-    free(pr);
+    free(keep);
     return tok;
 }
 
@@ -332,6 +386,8 @@ static void test_sampler_full_vocab_order(void)
         struct cs_sample_params p = random_params(1234, (uint64_t)d);
         p.temperature = d % 2 ? 0.7f : 1.0f;
         p.top_p = d % 3 ? 1.0f : 0.9f;
+        p.top_k = d % 5 == 1 ? 50 : d % 5 == 2 ? 5000 : 0;
+        p.min_p = d % 7 == 3 ? 0.3f : 0.0f;
         struct cs_sample_result r;
         memcpy(work, l, sizeof(float) * V);
         CHECK_EQ_INT(sampler_sample(&r, work, V, &p), CS_OK);
@@ -347,6 +403,7 @@ static void test_sampler_full_vocab_order(void)
 int main(void)
 {
     RUN(test_sampler_rng_pinned);
+    RUN(test_sampler_integer_steps);
     RUN(test_sampler_greedy_ties);
     RUN(test_sampler_top_k);
     RUN(test_sampler_top_p_and_min_p);
