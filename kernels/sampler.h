@@ -30,12 +30,14 @@
  *     uint64 sum, so any order of summing (serial on the CPU, parallel blocks
  *     on a GPU) gives the same value; only steps c and d need the candidate
  *     order, and the draw walks the ids in ascending order.
- *     a. Candidates: the ids with a finite logit, each with the scaled value
- *        v_i = sampler_scaled(l_i, T): l / T in IEEE fp32 after flushing a
- *        subnormal l to 0, clamped to +-FLT_MAX, a subnormal result flushed
- *        to +0 (-0 becomes +0 too). Candidate order: v descending, then id
- *        ascending. v_0 = the largest v. The logits array keeps the values
- *        of step 4 (temperature is not written back).
+ *     a. Candidates: the ids with a finite logit. Candidate order: the
+ *        order value sampler_order_value(l) (the logit with a subnormal or
+ *        -0 read as +0) descending, then id ascending. Each has the scaled
+ *        value v_i = sampler_scaled(l_i, T): l / T in IEEE fp32 after that
+ *        flush, clamped to +-FLT_MAX, a subnormal result flushed to +0.
+ *        Scaling is monotone, so v never increases along the order; v_0 =
+ *        the v of the first candidate. The logits array keeps the values of
+ *        step 4 (temperature is not written back).
  *     b. Weights: w_i = sampler_weight(v_i - v_0) (fp32 subtraction), an
  *        integer in [0, 2^32]: 2^32 * exp(v_i - v_0) to ~1e-7 relative, 0
  *        once that is below ~1 (v_i - v_0 < -23), 2^32 for v_i = v_0. It is a
@@ -134,11 +136,18 @@ static inline SAMPLER_HD uint64_t sampler_mulhi(uint64_t a, uint64_t b)
 #endif
 }
 
+/* Step 7a: the order value of a finite logit: subnormals and -0 are +0 (a
+ * GPU with flush-to-zero reads a subnormal as 0: so do all backends). */
+static inline SAMPLER_HD float sampler_order_value(float l)
+{
+    return l > -SAMPLER_FLT_MIN && l < SAMPLER_FLT_MIN ? 0.0f : l;
+}
+
 /* Step 7a: the scaled value of a finite logit l at temperature T (not greedy). */
 static inline SAMPLER_HD float sampler_scaled(float l, float T)
 {
     if (l > -SAMPLER_FLT_MIN && l < SAMPLER_FLT_MIN)
-        return 0.0f;   /* a GPU with flush-to-zero reads a subnormal as 0: so do all */
+        return 0.0f;
     float v = SAMPLER_DIV(l, T);
     if (v > SAMPLER_FLT_MAX)
         return SAMPLER_FLT_MAX;

@@ -193,14 +193,14 @@ static bool candidates_radix_sort(struct cand *c, int n)
     return true;
 }
 
-/* Order the candidates (finite logits as sampler_scaled values), keeping
- * the best top_k (all when top_k <= 0); returns how many are kept in c[0..). */
-static int candidates_build(struct cand *c, const float *l, int n, float temperature, int top_k)
+/* Order the candidates (finite logits by their order value), keeping the
+ * best top_k (all when top_k <= 0); returns how many are kept in c[0..). */
+static int candidates_build(struct cand *c, const float *l, int n, int top_k)
 {
     int nc = 0;
     for (int i = 0; i < n; i++)
         if (isfinite(l[i]))
-            c[nc++] = (struct cand){sampler_scaled(l[i], temperature), i};
+            c[nc++] = (struct cand){sampler_order_value(l[i]), i};
     if (top_k > 0 && top_k < nc) {
         for (int i = top_k / 2 - 1; i >= 0; i--)
             heap_sift_down(c, top_k, i);
@@ -235,14 +235,14 @@ static float step7_keep(uint8_t *keep, const float *l, int n, const struct cs_sa
             keep[i] = isfinite(l[i]) && sampler_weight(sampler_scaled(l[i], T) - v0) >= floor_w;
         return v0;
     }
-    int nc = candidates_build(c, l, n, T, p->top_k);   /* the first top_k, in order */
+    int nc = candidates_build(c, l, n, p->top_k);   /* the first top_k, in order */
     if (p->top_p < 1.0f) {
         uint64_t total = 0;
         for (int j = 0; j < nc; j++)
-            total += sampler_weight(c[j].l - v0);
+            total += sampler_weight(sampler_scaled(c[j].l, T) - v0);
         uint64_t target = sampler_top_p_target(p->top_p, total), run = 0;
         for (int j = 0; j < nc; j++) {
-            run += sampler_weight(c[j].l - v0);
+            run += sampler_weight(sampler_scaled(c[j].l, T) - v0);
             if (run >= target) {
                 nc = j + 1;
                 break;
@@ -250,7 +250,7 @@ static float step7_keep(uint8_t *keep, const float *l, int n, const struct cs_sa
         }
     }
     for (int j = 0; j < nc; j++)
-        keep[c[j].id] = sampler_weight(c[j].l - v0) >= floor_w;
+        keep[c[j].id] = sampler_weight(sampler_scaled(c[j].l, T) - v0) >= floor_w;
     return v0;
 }
 

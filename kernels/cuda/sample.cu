@@ -48,6 +48,7 @@
 #include "cuda_util.cuh"
 #include "ops_cuda.cuh"
 #include "sample.cuh"
+#include "sample_select.cuh"
 
 #define SAMP_MAX_DEV 64      /* devices whose SM count samp_split caches */
 
@@ -220,145 +221,72 @@ static __global__ void __launch_bounds__(SAMP_PT)
 
 /* ---- 3. top-C selection ---- */
 
-/* The key of a logit: step 7's sampler_scaled value (-inf when not
- * finite), or the logit itself when T is greedy (the logprob list). */
-static __device__ __forceinline__ float samp_key(float l, float T)
-{
-    if (sampler_is_greedy(T))
-        return l;
-    return isfinite(l) ? sampler_scaled(l, T) : -INFINITY;
-}
-
-/* Candidate a before b: key descending, then id ascending. */
-static __device__ __forceinline__ bool samp_before(float ka, int ia, float kb, int ib)
-{
-    return ka > kb || (ka == kb && ia < ib);
-}
-
-/* One block per row: cand_key/cand_id [row][C] receive the top C by
- * (key desc, id asc), sorted; rows with fewer ids pad with (-inf, INT_MAX). */
+/* One block per row: cand_key/cand_id [row][C] receive the top C ids by
+ * (key desc, id asc), sorted; rows with fewer ids pad with (-inf, INT_MAX).
+ * Keys: step 7's order value (use_temperature; rows without top-k and top-p
+ * return, step 7 reads no list for them) or the logit (the logprob list).
+ * A radix select (sample_select.cuh) finds the C-th order key q; the ids
+ * with q at or before it are exactly C, gathered in id order and sorted by
+ * q (unique: it holds the id). */
 template <int C>
 static __global__ void __launch_bounds__(SAMP_THREADS)
     k_samp_select(float *cand_key, int *cand_id, const float *logits, int V,
                   const struct samp_row *rows, int use_temperature)
 {
-    __shared__ unsigned hist[256];
-    __shared__ unsigned s_prefix, s_need;
-    __shared__ int s_scan[SAMP_THREADS];
-    __shared__ float sk[C];
-    __shared__ int si[C];
-    const float *l = logits + (size_t)blockIdx.x * V;
+    __shared__ struct samp_sel_smem sm;
+    __shared__ samp_u64 sq[C];
     const struct samp_row *p = &rows[blockIdx.x];
     if (use_temperature && (sampler_is_greedy(p->temperature) ||
                             (p->top_k <= 0 && !(p->top_p < 1.0f))))
-        return;   /* step 7 reads no list for this row */
-    float T = use_temperature ? p->temperature : 0.0f;
-    int tid = threadIdx.x;
-    /* radix select: the code of the C-th largest key */
-    unsigned prefix = 0, need = (unsigned)(C < V ? C : V);
-    for (int shift = 24; shift >= 0; shift -= 8) {
-        for (int i = tid; i < 256; i += blockDim.x)
-            hist[i] = 0;
-        __syncthreads();
-        unsigned hi_mask = shift == 24 ? 0u : (0xffffffffu << (shift + 8));
-        for (int i = tid; i < V; i += blockDim.x) {
-            unsigned c = samp_code(samp_key(l[i], T));
-            if ((c & hi_mask) == (prefix & hi_mask))
-                atomicAdd(&hist[(c >> shift) & 255], 1u);
-        }
-        __syncthreads();
-        if (tid == 0) {
-            unsigned acc = 0;
-            int d = 255;
-            for (; d > 0; d--) {
-                if (acc + hist[d] >= need)
-                    break;
-                acc += hist[d];
-            }
-            s_prefix = prefix | ((unsigned)d << shift);
-            s_need = need - acc;
-        }
-        __syncthreads();
-        prefix = s_prefix;
-        need = s_need;
-        __syncthreads();
-    }
-    /* gather: all codes > prefix, then the first `need` ids with code == prefix */
-    int chunk = (V + blockDim.x - 1) / blockDim.x;
-    int i0 = tid * chunk, i1 = min(V, i0 + chunk);
-    int n_gt = 0, n_eq = 0;
+        return;
+    struct samp_sel s;
+    s.l = logits + (size_t)blockIdx.x * V;
+    s.V = V;
+    s.keys = use_temperature ? SAMP_KEYS_ORDER : SAMP_KEYS_LOGIT;
+    s.weighted = false;
+    s.T = s.v0 = 0.0f;
+    s.limit = ~0ull;
+    int need = C < V ? C : V;
+    samp_u64 cut = samp_select(&s, &sm, (samp_u64)need);
+    /* gather: contiguous ids per thread, a scan for the write offsets */
+    int tid = threadIdx.x, per = (V + blockDim.x - 1) / blockDim.x;
+    int i0 = tid * per, i1 = min(V, i0 + per), mine = 0;
     for (int i = i0; i < i1; i++) {
-        unsigned c = samp_code(samp_key(l[i], T));
-        n_gt += c > prefix;
-        n_eq += c == prefix;
+        float x;
+        samp_u64 q;
+        mine += samp_sel_key(&s, i, &x, &q) && q <= cut;
     }
-    for (int pass = 0; pass < 2; pass++) {
-        int mine = pass == 0 ? n_gt : n_eq;
-        s_scan[tid] = mine;
-        __syncthreads();
-        for (int o = 1; o < (int)blockDim.x; o <<= 1) {   /* inclusive scan */
-            int v = tid >= o ? s_scan[tid - o] : 0;
-            __syncthreads();
-            s_scan[tid] += v;
-            __syncthreads();
-        }
-        int base = s_scan[tid] - mine;
-        int total_gt = s_scan[blockDim.x - 1];
-        __syncthreads();
-        if (pass == 0) {
-            for (int i = i0, k = base; i < i1; i++) {
-                float key = samp_key(l[i], T);
-                if (samp_code(key) > prefix) {
-                    sk[k] = key;
-                    si[k] = i;
-                    k++;
-                }
-            }
-            if (tid == 0)
-                s_prefix = total_gt;   /* reuse: number of codes > prefix */
-        } else {
-            int off = (int)s_prefix;
-            for (int i = i0, k = base; i < i1 && k < (int)need; i++) {
-                float key = samp_key(l[i], T);
-                if (samp_code(key) == prefix) {
-                    sk[off + k] = key;
-                    si[off + k] = i;
-                    k++;
-                }
-            }
-        }
-        __syncthreads();
+    samp_u64 total, at = samp_block_exscan((samp_u64)mine, sm.scan, &total);
+    for (int i = i0; i < i1 && mine > 0; i++) {
+        float x;
+        samp_u64 q;
+        if (samp_sel_key(&s, i, &x, &q) && q <= cut)
+            sq[at++] = q;
     }
-    int filled = (int)s_prefix + (int)need;
-    for (int k = filled + tid; k < C; k += blockDim.x) {
-        sk[k] = -INFINITY;
-        si[k] = 0x7fffffff;
-    }
+    for (int k = need + tid; k < C; k += blockDim.x)
+        sq[k] = ~0ull;   /* sorts last */
     __syncthreads();
-    /* bitonic sort of C entries, "before" order */
+    /* bitonic sort of C keys, ascending q */
     for (int size = 2; size <= C; size <<= 1)
         for (int stride = size >> 1; stride > 0; stride >>= 1) {
             for (int k = tid; k < C; k += blockDim.x) {
                 int partner = k ^ stride;
                 if (partner > k) {
                     bool up = (k & size) == 0;
-                    bool swap = up ? samp_before(sk[partner], si[partner], sk[k], si[k])
-                                   : samp_before(sk[k], si[k], sk[partner], si[partner]);
-                    if (swap) {
-                        float tk = sk[k];
-                        sk[k] = sk[partner];
-                        sk[partner] = tk;
-                        int ti = si[k];
-                        si[k] = si[partner];
-                        si[partner] = ti;
+                    samp_u64 a = sq[k], b = sq[partner];
+                    if (up ? b < a : a < b) {
+                        sq[k] = b;
+                        sq[partner] = a;
                     }
                 }
             }
             __syncthreads();
         }
     for (int k = tid; k < C; k += blockDim.x) {
-        cand_key[(size_t)blockIdx.x * C + k] = sk[k];
-        cand_id[(size_t)blockIdx.x * C + k] = si[k];
+        samp_u64 q = sq[k];
+        bool pad = k >= need;
+        cand_key[(size_t)blockIdx.x * C + k] = pad ? -INFINITY : samp_uncode(~(unsigned)(q >> 32));
+        cand_id[(size_t)blockIdx.x * C + k] = pad ? 0x7fffffff : (int)(unsigned)q;
     }
 }
 

@@ -54,11 +54,11 @@ static __device__ __forceinline__ unsigned samp_code(float v)
     return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
 
-/* Step 7's candidate order as one integer: ascending key = value descending,
- * then id ascending (v comes from sampler_scaled: no -0, no subnormal). */
-static __device__ __forceinline__ unsigned long long samp_order(float v, int id)
+/* A candidate order as one integer: ascending = key descending, then id
+ * ascending (step 7's key, sampler_order_value, has no -0 or subnormal). */
+static __device__ __forceinline__ unsigned long long samp_order(float key, int id)
 {
-    return ((unsigned long long)(~samp_code(v)) << 32) | (unsigned)id;
+    return ((unsigned long long)(~samp_code(key)) << 32) | (unsigned)id;
 }
 
 /* Queue step 7 for the rows with temperature (sample_draw.cu): weights, the

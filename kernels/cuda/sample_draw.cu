@@ -14,8 +14,8 @@
  *    always on a real model); otherwise the row is marked for 3.
  * 3. k_samp_cut_full, one block of SAMP_THREADS per marked row (the others
  *    return): radix selects on the 64-bit order key over the whole row,
- *    counting (top-k) and weighted (top-p), 8 bits a pass. Flat rows (many
- *    candidates near the top) take this path: ~0.1-0.3 ms a row.
+ *    counting (top-k) and weighted (top-p), sample_select.cuh. Flat rows
+ *    (many candidates near the top) take this path.
  * 4. k_samp_keptsum, grid (B, rows): per block, the sum of w over the kept
  *    (cut and min-p), for rows with a cut.
  * 5. k_samp_draw, one block per row: r from the RNG and the kept total, the
@@ -25,49 +25,9 @@
 #include "cuda_util.cuh"
 #include "ops_cuda.cuh"
 #include "sample.cuh"
+#include "sample_select.cuh"
 
-typedef unsigned long long u64;
-
-/* ---- block helpers (blockDim.x a multiple of 32, at most 1024) ---- */
-
-/* Sum of v over the block, returned to every thread. s: 32 words of smem. */
-static __device__ u64 samp_block_sum(u64 v, u64 *s)
-{
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    for (int o = 16; o > 0; o >>= 1)
-        v += __shfl_xor_sync(CS_FULL_MASK, v, o);
-    __syncthreads();   /* s may still be read from a previous call */
-    if (lane == 0)
-        s[warp] = v;
-    __syncthreads();
-    u64 t = 0;
-    for (int w = 0; w < nw; w++)
-        t += s[w];
-    return t;
-}
-
-/* Exclusive prefix sum of v over the threads in order, and the block total. */
-static __device__ u64 samp_block_exscan(u64 v, u64 *s, u64 *total)
-{
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    u64 inc = v;
-    for (int o = 1; o < 32; o <<= 1) {
-        u64 y = __shfl_up_sync(CS_FULL_MASK, inc, o);
-        if (lane >= o)
-            inc += y;
-    }
-    __syncthreads();
-    if (lane == 31)
-        s[warp] = inc;
-    __syncthreads();
-    u64 before = 0, all = 0;
-    for (int w = 0; w < nw; w++) {
-        before += w < warp ? s[w] : 0;
-        all += s[w];
-    }
-    *total = all;
-    return before + inc - v;
-}
+typedef samp_u64 u64;
 
 /* The weight of id i (logit l) in row state c, 0 unless kept: finite, past
  * min-p and, with a cut, at or before it in candidate order. */
@@ -76,9 +36,8 @@ static __device__ __forceinline__ u64 samp_kept_weight(float l, int i, float T,
 {
     if (!isfinite(l))
         return 0;
-    float v = sampler_scaled(l, T);
-    u64 w = sampler_weight(SAMPLER_SUB(v, c->v0));
-    if (w < c->floor_w || (use_cut && samp_order(v, i) > c->cut))
+    u64 w = sampler_weight(SAMPLER_SUB(sampler_scaled(l, T), c->v0));
+    if (w < c->floor_w || (use_cut && samp_order(sampler_order_value(l), i) > c->cut))
         return 0;
     return w;
 }
@@ -150,7 +109,8 @@ static __global__ void __launch_bounds__(SAMP_PT)
     __shared__ int s_first;
     int r = blockIdx.x;
     const struct samp_row *p = &rows[r];
-    if (sampler_is_greedy(p->temperature))
+    float T = p->temperature;
+    if (sampler_is_greedy(T))
         return;
     struct samp_cut *c = &cut[r];
     u64 total = 0, nf = 0;
@@ -181,7 +141,7 @@ static __global__ void __launch_bounds__(SAMP_PT)
     u64 w[SAMP_CUT_PER], mine = 0;
     for (int k = 0; k < SAMP_CUT_PER; k++) {
         int j = threadIdx.x * SAMP_CUT_PER + k;
-        w[k] = j < n ? sampler_weight(SAMPLER_SUB(key[j], c->v0)) : 0;
+        w[k] = j < n ? sampler_weight(SAMPLER_SUB(sampler_scaled(key[j], T), c->v0)) : 0;
         mine += w[k];
     }
     u64 list_sum, before = samp_block_exscan(mine, s, &list_sum);
@@ -219,86 +179,41 @@ static __global__ void __launch_bounds__(SAMP_PT)
 
 /* ---- 3. the cut by radix select over the whole row ---- */
 
-/* The smallest order key q (among finite candidates with key <= limit) at
- * which the running sum, in candidate order, of 1 (by_weight false) or w
- * reaches need (>= 1, at most that sum over the candidates <= limit). One
- * block; hist: 256 words of smem; s_q, s_need: broadcast slots. */
-static __device__ u64 samp_select_full(const float *l, int V, float T, float v0, bool by_weight,
-                                       u64 need, u64 limit, u64 *hist, u64 *s_q, u64 *s_need)
-{
-    int id_bits = 32 - __clz(V > 1 ? V - 1 : 1);
-    int id_passes = (id_bits + 7) / 8;
-    u64 prefix = 0;
-    for (int pass = 0; pass < 4 + id_passes; pass++) {
-        /* the value's 4 bytes from the top, then the id's bytes that ids use */
-        int shift = pass < 4 ? 56 - 8 * pass : 8 * (id_passes - 1 - (pass - 4));
-        u64 hi_mask = pass == 0 ? 0ull : ~0ull << (shift + 8);
-        for (int d = threadIdx.x; d < 256; d += blockDim.x)
-            hist[d] = 0;
-        __syncthreads();
-        for (int i = threadIdx.x; i < V; i += blockDim.x) {
-            float x = l[i];
-            if (!isfinite(x))
-                continue;
-            float v = sampler_scaled(x, T);
-            u64 q = samp_order(v, i);
-            if (q > limit || (q & hi_mask) != prefix)
-                continue;
-            u64 wt = by_weight ? sampler_weight(SAMPLER_SUB(v, v0)) : 1ull;
-            if (wt)
-                atomicAdd(&hist[(q >> shift) & 255], wt);
-        }
-        __syncthreads();
-        if (threadIdx.x == 0) {
-            u64 acc = 0;
-            int d = 0;
-            for (; d < 255; d++) {
-                if (acc + hist[d] >= need)
-                    break;
-                acc += hist[d];
-            }
-            *s_q = prefix | ((u64)d << shift);
-            *s_need = need - acc;
-        }
-        __syncthreads();
-        prefix = *s_q;
-        need = *s_need;
-        __syncthreads();
-    }
-    return prefix;
-}
-
 static __global__ void __launch_bounds__(SAMP_THREADS)
     k_samp_cut_full(struct samp_cut *cut, const float *logits, int V, const struct samp_row *rows)
 {
-    __shared__ u64 hist[256], s[32], s_q, s_need;
+    __shared__ struct samp_sel_smem sm;
     int r = blockIdx.x;
     struct samp_cut *c = &cut[r];
     const struct samp_row *p = &rows[r];
     if (sampler_is_greedy(p->temperature) || c->mode != SAMP_CUT_FULL)
         return;
-    const float *l = logits + (size_t)r * V;
-    float T = p->temperature, v0 = c->v0;
-    int n_fin = c->n_finite;
-    u64 limit = ~0ull, wk = c->total;
-    if (p->top_k > 0 && p->top_k < n_fin) {
-        limit = samp_select_full(l, V, T, v0, false, (u64)p->top_k, ~0ull, hist, &s_q, &s_need);
+    struct samp_sel s;
+    s.l = logits + (size_t)r * V;
+    s.V = V;
+    s.keys = SAMP_KEYS_CUT;
+    s.T = p->temperature;
+    s.v0 = c->v0;
+    s.limit = ~0ull;
+    u64 wk = c->total;
+    if (p->top_k > 0 && p->top_k < c->n_finite) {   /* counting: the top_k-th candidate */
+        s.weighted = false;
+        s.limit = samp_select(&s, &sm, (u64)p->top_k);
         u64 sum = 0;
         for (int i = threadIdx.x; i < V; i += blockDim.x) {
-            float x = l[i];
-            if (!isfinite(x))
-                continue;
-            float v = sampler_scaled(x, T);
-            if (samp_order(v, i) <= limit)
-                sum += sampler_weight(SAMPLER_SUB(v, v0));
+            float x;
+            u64 q;
+            if (samp_sel_key(&s, i, &x, &q))
+                sum += samp_sel_weight(&s, x);
         }
-        wk = samp_block_sum(sum, s);
+        wk = samp_block_sum(sum, sm.scan);
     }
-    if (p->top_p < 1.0f)
-        limit = samp_select_full(l, V, T, v0, true, sampler_top_p_target(p->top_p, wk), limit,
-                                 hist, &s_q, &s_need);
+    if (p->top_p < 1.0f) {   /* weighted, among those */
+        s.weighted = true;
+        s.limit = samp_select(&s, &sm, sampler_top_p_target(p->top_p, wk));
+    }
     if (threadIdx.x == 0) {
-        c->cut = limit;
+        c->cut = s.limit;
         c->mode = SAMP_CUT_AT;
     }
 }

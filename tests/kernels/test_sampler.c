@@ -335,8 +335,10 @@ static int ref_choose(const float *l, int n, const struct cs_sample_params *p)
     int nc = 0;
     for (int i = 0; i < n; i++)
         if (isfinite(l[i]))
-            c[nc++] = (struct ref_cand){sampler_scaled(l[i], p->temperature), i};
+            c[nc++] = (struct ref_cand){l[i] == 0.0f ? 0.0f : l[i], i};   /* -0 is +0 */
     qsort(c, (size_t)nc, sizeof *c, ref_cand_cmp);
+    for (int i = 0; i < nc; i++)   /* from here on, v is the scaled value */
+        c[i].v = sampler_scaled(c[i].v, p->temperature);
     float v0 = c[0].v;
     if (p->top_k > 0 && p->top_k < nc)
         nc = p->top_k;
