@@ -226,8 +226,8 @@ static __global__ void __launch_bounds__(SAMP_PT)
  * Keys: step 7's order value (use_temperature; rows without top-k and top-p
  * return, step 7 reads no list for them) or the logit (the logprob list).
  * A radix select (sample_select.cuh) finds the C-th order key q; the ids
- * with q at or before it are exactly C, gathered in id order and sorted by
- * q (unique: it holds the id). */
+ * with q at or before it are exactly C, gathered and sorted by q (unique:
+ * it holds the id). */
 template <int C>
 static __global__ void __launch_bounds__(SAMP_THREADS)
     k_samp_select(float *cand_key, int *cand_id, const float *logits, int V,
@@ -248,20 +248,16 @@ static __global__ void __launch_bounds__(SAMP_THREADS)
     s.limit = ~0ull;
     int need = C < V ? C : V;
     samp_u64 cut = samp_select(&s, &sm, (samp_u64)need);
-    /* gather: contiguous ids per thread, a scan for the write offsets */
-    int tid = threadIdx.x, per = (V + blockDim.x - 1) / blockDim.x;
-    int i0 = tid * per, i1 = min(V, i0 + per), mine = 0;
-    for (int i = i0; i < i1; i++) {
-        float x;
-        samp_u64 q;
-        mine += samp_sel_key(&s, i, &x, &q) && q <= cut;
-    }
-    samp_u64 total, at = samp_block_exscan((samp_u64)mine, sm.scan, &total);
-    for (int i = i0; i < i1 && mine > 0; i++) {
+    /* gather (exactly need ids have q <= cut; their order here does not matter) */
+    int tid = threadIdx.x;
+    if (tid == 0)
+        sm.count = 0;
+    __syncthreads();
+    for (int i = tid; i < V; i += blockDim.x) {
         float x;
         samp_u64 q;
         if (samp_sel_key(&s, i, &x, &q) && q <= cut)
-            sq[at++] = q;
+            sq[atomicAdd(&sm.count, 1u)] = q;
     }
     for (int k = need + tid; k < C; k += blockDim.x)
         sq[k] = ~0ull;   /* sorts last */

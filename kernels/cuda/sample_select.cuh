@@ -6,10 +6,10 @@
  * full cut (sample_draw.cu). One block runs a select; every thread calls in.
  *
  * Costs, per pass over a row of V logits in one block: the key (and for a
- * weighted select, sampler.h's weight) of every id, and one shared-memory
- * atomic per run of lanes of a warp that share a digit, not per id (flat rows
- * put most ids in one or two buckets). 11-bit digits: 3 passes for the key
- * and 1-2 for the id. */
+ * weighted select, sampler.h's weight) of every id and one native 32-bit
+ * shared atomic per id (three when weighted). 11-bit digits: 3 passes for
+ * the key, then 1-2 for the id only when the cut splits a group of ids with
+ * equal keys. */
 #ifndef CS_CUDA_SAMPLE_SELECT_CUH
 #define CS_CUDA_SAMPLE_SELECT_CUH
 
@@ -60,26 +60,6 @@ static __device__ samp_u64 samp_block_exscan(samp_u64 v, samp_u64 *s, samp_u64 *
     return before + inc - v;
 }
 
-/* hist[digit] += val for the active lanes of a warp: one atomic per distinct
- * digit among them. Every lane of the warp must call it (warp-uniform loop). */
-static __device__ __forceinline__ void samp_warp_hist_add(samp_u64 *hist, unsigned digit,
-                                                          samp_u64 val, bool active)
-{
-    int lane = threadIdx.x & 31;
-    unsigned pending = __ballot_sync(CS_FULL_MASK, active);
-    while (pending) {
-        int first = __ffs(pending) - 1;
-        unsigned d0 = __shfl_sync(CS_FULL_MASK, digit, first);
-        bool in = ((pending >> lane) & 1) && digit == d0;
-        samp_u64 v = in ? val : 0;
-        for (int o = 16; o > 0; o >>= 1)
-            v += __shfl_xor_sync(CS_FULL_MASK, v, o);
-        if (lane == first)
-            atomicAdd(&hist[d0], v);
-        pending &= ~__ballot_sync(CS_FULL_MASK, in);
-    }
-}
-
 /* Which ids a select sees and by what key:
  *   SAMP_KEYS_LOGIT  every id, the logit itself (the top-logprob list);
  *   SAMP_KEYS_ORDER  every id, sampler_order_value of a finite logit, -inf
@@ -127,34 +107,58 @@ static __device__ __forceinline__ samp_u64 samp_sel_weight(const struct samp_sel
     return sampler_weight(SAMPLER_SUB(sampler_scaled(x, s->T), s->v0));
 }
 
+/* Histograms in native 32-bit shared atomics (64-bit ones are CAS loops):
+ * counts in h[0]; a weight w <= 2^32 as three 11-bit pieces in h[0..2],
+ * each piece sum below 2^32 for V < 2^21 ids. */
+#define SAMP_PIECE_BITS 11
+#define SAMP_PIECE_MASK ((1u << SAMP_PIECE_BITS) - 1)
+
 struct samp_sel_smem {
-    samp_u64 hist[SAMP_RADIX];
+    unsigned h[3][SAMP_RADIX];
     samp_u64 scan[32];
-    samp_u64 q, need;
+    samp_u64 q, need, group;
+    unsigned count;
 };
+
+static __device__ __forceinline__ samp_u64 samp_bucket(const struct samp_sel_smem *sm, int d,
+                                                       bool weighted)
+{
+    if (!weighted)
+        return sm->h[0][d];
+    return (samp_u64)sm->h[0][d] + ((samp_u64)sm->h[1][d] << SAMP_PIECE_BITS) +
+           ((samp_u64)sm->h[2][d] << (2 * SAMP_PIECE_BITS));
+}
 
 /* One radix pass: the digit of q at [shift, shift + width) among the seen
  * ids matching prefix above it, where the running sum (ascending digits)
- * first reaches *need; updates *prefix and *need. */
+ * first reaches *need; updates *prefix and *need, and sm->group = the sum
+ * in the chosen bucket. */
 static __device__ void samp_sel_pass(const struct samp_sel *s, struct samp_sel_smem *sm,
                                      int shift, int width, bool weighted, samp_u64 *prefix,
                                      samp_u64 *need)
 {
-    int nb = 1 << width;
+    int nb = 1 << width, pieces = weighted ? 3 : 1;
     samp_u64 hi_mask = shift + width >= 64 ? 0ull : ~0ull << (shift + width);
-    for (int d = threadIdx.x; d < nb; d += blockDim.x)
-        sm->hist[d] = 0;
+    for (int k = 0; k < pieces; k++)
+        for (int d = threadIdx.x; d < nb; d += blockDim.x)
+            sm->h[k][d] = 0;
     __syncthreads();
-    for (int base = 0; base < s->V; base += blockDim.x) {   /* warp-uniform trip count */
-        int i = base + threadIdx.x;
-        float x = 0.0f;
-        samp_u64 q = 0, val = 0;
-        bool active = i < s->V && samp_sel_key(s, i, &x, &q) && (q & hi_mask) == *prefix;
-        if (active) {
-            val = weighted ? samp_sel_weight(s, x) : 1ull;
-            active = val != 0;
+    for (int i = threadIdx.x; i < s->V; i += blockDim.x) {
+        float x;
+        samp_u64 q;
+        if (!samp_sel_key(s, i, &x, &q) || (q & hi_mask) != *prefix)
+            continue;
+        unsigned d = (unsigned)(q >> shift) & (unsigned)(nb - 1);
+        if (!weighted) {
+            atomicAdd(&sm->h[0][d], 1u);
+            continue;
         }
-        samp_warp_hist_add(sm->hist, (unsigned)(q >> shift) & (unsigned)(nb - 1), val, active);
+        samp_u64 w = samp_sel_weight(s, x);
+        if (w == 0)
+            continue;
+        atomicAdd(&sm->h[0][d], (unsigned)w & SAMP_PIECE_MASK);
+        atomicAdd(&sm->h[1][d], (unsigned)(w >> SAMP_PIECE_BITS) & SAMP_PIECE_MASK);
+        atomicAdd(&sm->h[2][d], (unsigned)(w >> (2 * SAMP_PIECE_BITS)));
     }
     __syncthreads();
     /* consecutive buckets per thread, a scan, and the thread where the sum crosses */
@@ -162,15 +166,18 @@ static __device__ void samp_sel_pass(const struct samp_sel *s, struct samp_sel_s
     int d0 = threadIdx.x * per;
     samp_u64 mine = 0, total;
     for (int k = 0; k < per && d0 + k < nb; k++)
-        mine += sm->hist[d0 + k];
+        mine += samp_bucket(sm, d0 + k, weighted);
     samp_u64 before = samp_block_exscan(mine, sm->scan, &total);
     if (mine > 0 && before < *need && before + mine >= *need) {
-        samp_u64 acc = before;
+        samp_u64 acc = before, b;
         int d = d0;
-        while (acc + sm->hist[d] < *need)
-            acc += sm->hist[d++];
+        while (acc + (b = samp_bucket(sm, d, weighted)) < *need) {
+            acc += b;
+            d++;
+        }
         sm->q = *prefix | ((samp_u64)d << shift);
         sm->need = *need - acc;
+        sm->group = b;
     }
     __syncthreads();
     *prefix = sm->q;
@@ -181,7 +188,9 @@ static __device__ void samp_sel_pass(const struct samp_sel *s, struct samp_sel_s
 /* The smallest q whose running sum of weights over the seen ids in q order
  * (1 each, or w when s->weighted) reaches need (1 <= need <= the sum over
  * all seen ids). After the key's 32 bits every id left has the same key,
- * hence the same weight w, so the id passes count ceil(need / w) of them. */
+ * hence the same weight w, so the id passes count ceil(need / w) of them,
+ * and are skipped when that is the whole group (the cut then takes every
+ * id of the key). */
 static __device__ samp_u64 samp_select(const struct samp_sel *s, struct samp_sel_smem *sm,
                                        samp_u64 need)
 {
@@ -189,10 +198,14 @@ static __device__ samp_u64 samp_select(const struct samp_sel *s, struct samp_sel
     samp_sel_pass(s, sm, 53, 11, s->weighted, &prefix, &need);
     samp_sel_pass(s, sm, 42, 11, s->weighted, &prefix, &need);
     samp_sel_pass(s, sm, 32, 10, s->weighted, &prefix, &need);
+    samp_u64 group = sm->group;   /* ids of the key (weighted: their weight) */
     if (s->weighted) {
         samp_u64 w = samp_sel_weight(s, samp_uncode(~(unsigned)(prefix >> 32)));
         need = (need + w - 1) / w;   /* w > 0: the chosen key's bucket had weight */
+        group /= w;
     }
+    if (need == group)
+        return prefix | 0xffffffffull;
     int id_bits = 32 - __clz(s->V > 1 ? s->V - 1 : 1);
     if (id_bits > SAMP_RADIX_BITS)
         samp_sel_pass(s, sm, SAMP_RADIX_BITS, id_bits - SAMP_RADIX_BITS, false, &prefix, &need);
