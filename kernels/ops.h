@@ -146,6 +146,12 @@ struct cs_backend {
     /* Upload a ggml-layout tensor (host, e.g. the mmap) as a weight. */
     int (*weight_upload)(struct cs_backend *be, struct cs_weight *w, uint32_t type,
                          int64_t n_in, int64_t n_out, const void *host_data);
+    /* Optional hook, NULL unless a loader sets it around weight_upload: the
+     * backend reads a weight's host bytes in pieces and calls it after each
+     * with the bytes of that weight read so far, so progress moves inside one
+     * large tensor (a 27B token_embd is ~1.3 GB: seconds on a PCIe Gen1 x1). */
+    void (*upload_progress)(void *ctx, uint64_t bytes_read);
+    void *upload_progress_ctx;
     void (*weight_free)(struct cs_backend *be, struct cs_weight *w);
     /* Called before the ops of a step; the batch stays valid until the next call. */
     int (*step_begin)(struct cs_backend *be, const struct cs_batch *b);

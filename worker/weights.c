@@ -15,11 +15,12 @@
 #include "../common/log.h"
 #include "model.h"
 
-/* The progress callback runs after the tensor that crosses each step (and at
+/* The progress callback runs each time another 64 MiB have been read (and at
  * the end): 64 MiB is about 0.25 s on a PCIe Gen1 x1 link (~250 MB/s), so a
  * reporter that writes a line a second (worker/load_progress.h) stays smooth
- * there; on fast links the calls are cheap next to the copies. One tensor is
- * never split: a large one (a 27B token_embd, ~1.3 GB) is one silent stretch. */
+ * there; on fast links the calls are cheap next to the copies. Inside one
+ * large tensor (a 27B token_embd, ~1.3 GB) the backend's upload_progress
+ * hook reports its pieces. */
 #define PROGRESS_STEP_BYTES (64ull << 20)
 
 enum job_kind { JOB_MATRIX, JOB_VECTOR };
@@ -258,16 +259,45 @@ static int job_upload_vector(struct cs_backend *be, const struct load_job *j, st
     return rc;
 }
 
+/* Progress of a load: bytes of the tensors before the current one (done),
+ * the last figure reported, where to report. */
+struct load_tally {
+    model_progress_cb cb;
+    void *ctx;
+    uint64_t done, reported, total;
+};
+
+static void tally_report(struct load_tally *t, uint64_t now)
+{
+    if (t->cb && now - t->reported >= PROGRESS_STEP_BYTES && now < t->total) {
+        t->cb(t->ctx, now, t->total);
+        t->reported = now;
+    }
+}
+
+/* The backend's upload_progress hook during one matrix: its bytes read so far. */
+static void tally_piece(void *arg, uint64_t bytes_read)
+{
+    struct load_tally *t = arg;
+    tally_report(t, t->done + bytes_read);
+}
+
 static int loader_run(struct loader *ld, model_progress_cb progress, void *ctx)
 {
     struct cs_backend *be = ld->m->be;
-    uint64_t done = 0, reported = 0;
+    struct load_tally tally = {.cb = progress, .ctx = ctx, .total = ld->total_bytes};
+    uint64_t done = 0;
     for (int i = 0; i < ld->n_jobs; i++) {
         const struct load_job *j = &ld->jobs[i];
         int rc;
-        if (j->kind == JOB_MATRIX)
+        if (j->kind == JOB_MATRIX) {
+            tally.done = done;
+            be->upload_progress = tally_piece;
+            be->upload_progress_ctx = &tally;
             rc = be->weight_upload(be, j->w, j->t->type, j->t->ne[0], j->t->ne[1], j->t->data);
-        else
+            be->upload_progress = NULL;
+            be->upload_progress_ctx = NULL;
+        } else
             rc = job_upload_vector(be, j, ld->err);
         if (rc != CS_OK) {
             if (ld->err && ld->err->code != rc)
@@ -276,10 +306,7 @@ static int loader_run(struct loader *ld, model_progress_cb progress, void *ctx)
             return rc;
         }
         done += j->t->n_bytes;
-        if (progress && done - reported >= PROGRESS_STEP_BYTES) {
-            progress(ctx, done, ld->total_bytes);
-            reported = done;
-        }
+        tally_report(&tally, done);
     }
     if (progress)
         progress(ctx, done, ld->total_bytes);

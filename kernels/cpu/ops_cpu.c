@@ -109,6 +109,8 @@ static int cpu_mem_info(struct cs_backend *be, size_t *free_bytes, size_t *total
     return CS_OK;
 }
 
+#define CPU_UPLOAD_PIECE_BYTES ((size_t)32 << 20)
+
 static int cpu_weight_upload(struct cs_backend *be, struct cs_weight *w, uint32_t type,
                              int64_t n_in, int64_t n_out, const void *host_data)
 {
@@ -126,7 +128,13 @@ static int cpu_weight_upload(struct cs_backend *be, struct cs_weight *w, uint32_
         LOG_ERROR("cpu", "cannot allocate %zu bytes for a weight", bytes);
         return CS_ENOMEM;
     }
-    memcpy(data, host_data, bytes);
+    /* in pieces, so a large weight reports progress (the source is often the mmap) */
+    for (size_t at = 0; at < bytes; at += CPU_UPLOAD_PIECE_BYTES) {
+        size_t n = bytes - at < CPU_UPLOAD_PIECE_BYTES ? bytes - at : CPU_UPLOAD_PIECE_BYTES;
+        memcpy((char *)data + at, (const char *)host_data + at, n);
+        if (be->upload_progress)
+            be->upload_progress(be->upload_progress_ctx, at + n);
+    }
     *w = (struct cs_weight){.type = type, .n_in = n_in, .n_out = n_out, .data = data,
                             .bytes = bytes, .aux = NULL};
     return CS_OK;

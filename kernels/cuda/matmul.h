@@ -63,6 +63,13 @@ struct CUstream_st;  /* = cudaStream_t, so C callers need no CUDA header */
 int cuda_weight_upload(struct cs_weight *w, uint32_t type, int64_t n_in, int64_t n_out,
                        const void *host_data, struct CUstream_st *stream);
 
+/* The same, calling progress(progress_ctx, bytes) after each piece of host
+ * data it has read (64 MiB pieces; progress may be NULL). */
+int cuda_weight_upload_progress(struct cs_weight *w, uint32_t type, int64_t n_in, int64_t n_out,
+                                const void *host_data, struct CUstream_st *stream,
+                                void (*progress)(void *ctx, uint64_t bytes_read),
+                                void *progress_ctx);
+
 /* Free what cuda_weight_upload allocated and zero *w; NULL-safe, idempotent. */
 void cuda_weight_free(struct cs_weight *w);
 

@@ -191,7 +191,8 @@ static void cu_host_unregister(struct cs_backend *be, void *ptr)
 static int cu_weight_upload(struct cs_backend *be, struct cs_weight *w, uint32_t type,
                             int64_t n_in, int64_t n_out, const void *host_data)
 {
-    return cuda_weight_upload(w, type, n_in, n_out, host_data, cuda_ctx_of(be)->stream);
+    return cuda_weight_upload_progress(w, type, n_in, n_out, host_data, cuda_ctx_of(be)->stream,
+                                       be->upload_progress, be->upload_progress_ctx);
 }
 
 static void cu_weight_free(struct cs_backend *be, struct cs_weight *w)

@@ -44,8 +44,21 @@ static __global__ void widen_bf16_kernel(float *out, const uint16_t *in, int64_t
         out[i] = __uint_as_float((uint32_t)in[i] << 16);
 }
 
+/* Host bytes read so far: the copies below read pageable host memory before
+ * they return, so the count is what the loader has consumed. */
+struct upload_report {
+    void (*fn)(void *ctx, uint64_t bytes_read);
+    void *ctx;
+};
+
+static void report(const struct upload_report *r, uint64_t bytes_read)
+{
+    if (r && r->fn)
+        r->fn(r->ctx, bytes_read);
+}
+
 static int upload_q8_0(struct cs_weight *w, int64_t n_in, int64_t n_out, const uint8_t *host,
-                       cudaStream_t s)
+                       cudaStream_t s, const struct upload_report *rep)
 {
     int64_t nb = n_in / 32, groups = (n_out + 31) / 32;
     size_t qbytes = (size_t)groups * nb * 1024, dbytes = (size_t)groups * nb * 64;
@@ -85,6 +98,7 @@ static int upload_q8_0(struct cs_weight *w, int64_t n_in, int64_t n_out, const u
                                                            (const uint16_t *)staging, r0, nr, nb);
         if (cudaGetLastError() != cudaSuccess)
             rc = CS_ECUDA;
+        report(rep, (uint64_t)(r0 + nr) * row_raw);
     }
     if (rc == CS_OK && cudaStreamSynchronize(s) != cudaSuccess)
         rc = CS_ECUDA;
@@ -94,7 +108,8 @@ static int upload_q8_0(struct cs_weight *w, int64_t n_in, int64_t n_out, const u
     return rc;
 }
 
-static int upload_bf16(struct cs_weight *w, size_t n, const uint16_t *host, cudaStream_t s)
+static int upload_bf16(struct cs_weight *w, size_t n, const uint16_t *host, cudaStream_t s,
+                       const struct upload_report *rep)
 {
     size_t chunk = REPACK_STAGING_BYTES / 2;
     void *mem = NULL, *staging = NULL;
@@ -115,6 +130,7 @@ static int upload_bf16(struct cs_weight *w, size_t n, const uint16_t *host, cuda
             (float *)mem + i, (const uint16_t *)staging, (int64_t)m);
         if (cudaGetLastError() != cudaSuccess)
             rc = CS_ECUDA;
+        report(rep, (uint64_t)(i + m) * 2);
     }
     if (rc == CS_OK && cudaStreamSynchronize(s) != cudaSuccess)
         rc = CS_ECUDA;
@@ -124,7 +140,8 @@ static int upload_bf16(struct cs_weight *w, size_t n, const uint16_t *host, cuda
     return rc;
 }
 
-static int upload_plain(struct cs_weight *w, size_t bytes, const void *host, cudaStream_t s)
+static int upload_plain(struct cs_weight *w, size_t bytes, const void *host, cudaStream_t s,
+                        const struct upload_report *rep)
 {
     void *mem = NULL;
     if (cudaMalloc(&mem, bytes) != cudaSuccess) {
@@ -134,7 +151,12 @@ static int upload_plain(struct cs_weight *w, size_t bytes, const void *host, cud
     }
     w->data = mem;
     w->bytes = bytes;
-    CS_CUDA_CHECK(cudaMemcpyAsync(mem, host, bytes, cudaMemcpyHostToDevice, s));
+    for (size_t at = 0; at < bytes; at += REPACK_STAGING_BYTES) {
+        size_t n = bytes - at < REPACK_STAGING_BYTES ? bytes - at : REPACK_STAGING_BYTES;
+        CS_CUDA_CHECK(cudaMemcpyAsync((char *)mem + at, (const char *)host + at, n,
+                                      cudaMemcpyHostToDevice, s));
+        report(rep, at + n);
+    }
     CS_CUDA_CHECK(cudaStreamSynchronize(s));
     return CS_OK;
 }
@@ -142,6 +164,16 @@ static int upload_plain(struct cs_weight *w, size_t bytes, const void *host, cud
 extern "C" int cuda_weight_upload(struct cs_weight *w, uint32_t type, int64_t n_in, int64_t n_out,
                                   const void *host_data, struct CUstream_st *stream)
 {
+    return cuda_weight_upload_progress(w, type, n_in, n_out, host_data, stream, NULL, NULL);
+}
+
+extern "C" int cuda_weight_upload_progress(struct cs_weight *w, uint32_t type, int64_t n_in,
+                                           int64_t n_out, const void *host_data,
+                                           struct CUstream_st *stream,
+                                           void (*progress)(void *ctx, uint64_t bytes_read),
+                                           void *progress_ctx)
+{
+    struct upload_report rep = {progress, progress_ctx};
     if (!w)
         return CS_EINVAL;
     memset(w, 0, sizeof *w);
@@ -157,16 +189,16 @@ extern "C" int cuda_weight_upload(struct cs_weight *w, uint32_t type, int64_t n_
             LOG_ERROR("matmul", "Q8_0 weight with n_in=%lld not a multiple of 32", (long long)n_in);
             return CS_EINVAL;
         }
-        rc = upload_q8_0(w, n_in, n_out, (const uint8_t *)host_data, stream);
+        rc = upload_q8_0(w, n_in, n_out, (const uint8_t *)host_data, stream, &rep);
         break;
     case CS_DTYPE_F16:
-        rc = upload_plain(w, n * 2, host_data, stream);
+        rc = upload_plain(w, n * 2, host_data, stream, &rep);
         break;
     case CS_DTYPE_F32:
-        rc = upload_plain(w, n * 4, host_data, stream);
+        rc = upload_plain(w, n * 4, host_data, stream, &rep);
         break;
     case CS_DTYPE_BF16:
-        rc = upload_bf16(w, n, (const uint16_t *)host_data, stream);
+        rc = upload_bf16(w, n, (const uint16_t *)host_data, stream, &rep);
         type = CS_DTYPE_F32;
         break;
     default:

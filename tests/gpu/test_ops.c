@@ -396,6 +396,40 @@ static void test_ops_gdn(int Gk, int Hv, const char *tag)
 
 /* ---- embed ---- */
 
+/* weight_upload reads a large weight in 64 MiB pieces and calls the
+ * upload_progress hook after each, growing, ending at the weight's size. */
+struct up_log {
+    int calls, bad;
+    uint64_t last;
+};
+
+static void up_log_fn(void *ctx, uint64_t bytes_read)
+{
+    struct up_log *p = ctx;
+    p->bad += bytes_read <= p->last;
+    p->last = bytes_read;
+    p->calls++;
+}
+
+static void test_ops_upload_progress(void)
+{
+    const int n_in = 5120, n_out = 40000;   /* Q8_0: ~218 MB, a 27B token_embd slice */
+    size_t bytes = (size_t)n_out * (n_in / 32) * 34;
+    uint8_t *raw = calloc(bytes, 1);
+    struct up_log log = {0};
+    gpu->upload_progress = up_log_fn;
+    gpu->upload_progress_ctx = &log;
+    struct cs_weight w;
+    int rc = gpu->weight_upload(gpu, &w, CS_DTYPE_Q8_0, n_in, n_out, raw);
+    gpu->upload_progress = NULL;
+    gpu->upload_progress_ctx = NULL;
+    CHECK(rc == 0);
+    report("weight upload progress pieces", (double)(log.calls < 3) + log.bad + (log.last != bytes), 0);
+    if (rc == 0)
+        gpu->weight_free(gpu, &w);
+    free(raw);
+}
+
 static void test_ops_embed(uint32_t type, int E, const char *tag)
 {
     char name[64];
@@ -696,6 +730,7 @@ int main(void)
     test_ops_embed(CS_DTYPE_F32, 1024, "f32");
     test_ops_embed(CS_DTYPE_BF16, 1024, "bf16");
     test_ops_sample();
+    test_ops_upload_progress();
     test_ops_sample_edges();
     cpu->destroy(cpu);
     gpu->destroy(gpu);

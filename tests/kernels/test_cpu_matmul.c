@@ -3,7 +3,9 @@
  * once, odd sizes); the int8 mode stays within the proven Q8_1 rounding bound of
  * the fp32 result; results are bit-identical for 1, 2 and 3 threads and for a
  * token alone vs inside a batch; Q8_0/Q8_1 quantization rounds half away from
- * zero; embed dequantizes rows and refuses out-of-range ids with CS_ERANGE. */
+ * zero; embed dequantizes rows and refuses out-of-range ids with CS_ERANGE;
+ * weight_upload copies a large weight in pieces, calling the upload_progress
+ * hook with growing byte counts that end at the weight's size. */
 #include "../../common/gguf.h"
 #include "../../common/half.h"
 #include "../../common/status.h"
@@ -262,6 +264,37 @@ static void test_weight_upload_refuses_bad_shapes(void)
     be->destroy(be);
 }
 
+struct progress_log {
+    int calls, bad;
+    uint64_t last;
+};
+
+static void log_progress(void *ctx, uint64_t bytes_read)
+{
+    struct progress_log *p = ctx;
+    p->bad += bytes_read <= p->last;
+    p->last = bytes_read;
+    p->calls++;
+}
+
+static void test_weight_upload_reports_pieces(void)
+{
+    struct cs_backend *be = kt_backend(1, 0);
+    const int n_in = 4096, n_out = 20000;   /* Q8_0: 4352 bytes a row, ~87 MB */
+    size_t bytes = (size_t)n_out * (n_in / 32) * 34;
+    uint8_t *raw = calloc(bytes, 1);
+    struct progress_log log = {0};
+    be->upload_progress = log_progress;
+    be->upload_progress_ctx = &log;
+    struct cs_weight w;
+    CHECK_EQ_INT(be->weight_upload(be, &w, CS_DTYPE_Q8_0, n_in, n_out, raw), CS_OK);
+    CHECK(log.calls >= 3 && log.bad == 0 && log.last == bytes);
+    CHECK(w.bytes == bytes);
+    be->weight_free(be, &w);
+    free(raw);
+    be->destroy(be);
+}
+
 int main(void)
 {
     RUN(test_matmul_fp32_matches_naive);
@@ -272,5 +305,6 @@ int main(void)
     RUN(test_quant_q8_0_round_half_away);
     RUN(test_embed_rows_and_range);
     RUN(test_weight_upload_refuses_bad_shapes);
+    RUN(test_weight_upload_reports_pieces);
     return test_report();
 }
