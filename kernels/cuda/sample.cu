@@ -31,11 +31,11 @@
  *    (the split and the per-block rescale change the last bits of S), which
  *    the fp32 logprob hides except in rare last-bit cases.
  * 3. k_samp_select: the top SAMP_C candidates by (key descending, id
- *    ascending), sorted, through a radix select on the fp32 key (4 passes of
- *    8 bits) and a bitonic sort. Keys: sampler_scaled(logit, T) for step 7's
- *    top-k/top-p cut (rows without top-k and top-p skip it), the logit
- *    itself for the top logprobs. (Still one block of SAMP_THREADS per row
- *    and per list.)
+ *    ascending), sorted, through the radix select of sample_select.cuh on
+ *    the 64-bit order key and a bitonic sort. Keys: step 7's order value
+ *    (sampler_order_value) for the top-k/top-p cut (rows without top-k and
+ *    top-p skip it), the logit itself for the top logprobs. (Still one
+ *    block of SAMP_THREADS per row and per list.)
  * 4. Step 7 for the rows with temperature: sample_draw.cu, exact over the
  *    whole vocabulary (integer weights and sums), nothing sent to the host.
  * 5. k_samp_choose (one block per row): the combine of 2, the greedy token
