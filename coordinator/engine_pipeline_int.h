@@ -74,6 +74,13 @@ struct ep_timing {
     uint64_t steps;
     uint64_t wall_us, max_wall_us;     /* send to STEP_DONE */
     uint64_t compute_us, copy_us;      /* what the stages report, summed over stages */
+    /* Transit of each message (0: coordinator -> stage 0, i: stage i-1 -> i,
+     * n_stages: last stage -> coordinator) from the CLOCK_MONOTONIC stamps
+     * in the timings, and each stage's own time outside compute and copies
+     * (decode, slot waits, encode), summed over steps. */
+    uint64_t msg_us[MSG_MAX_STAGES + 1];
+    uint64_t stage_other_us;
+    uint64_t stamped_steps;            /* steps whose timings all carried stamps */
 };
 
 struct ep_worker {

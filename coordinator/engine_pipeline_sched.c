@@ -364,6 +364,33 @@ static void seq_sampled(struct ep_engine *e, struct ep_req *r, const struct cs_s
         ep_req_finish(e, r, ENGINE_FINISH_LENGTH, CS_OK, NULL);
 }
 
+/* Each message's transit, from the stamps of a STEP_DONE whose every stage
+ * reported them in order (a restarted stage or another host may not). */
+static void step_transit_add(struct ep_timing *t, int64_t sent, int64_t now,
+                             const struct msg_step_done *d)
+{
+    int n = d->n_timings;
+    if (n < 1 || n > MSG_MAX_STAGES)
+        return;
+    uint64_t prev = (uint64_t)sent, msg[MSG_MAX_STAGES + 1], other = 0;
+    for (int i = 0; i < n; i++) {
+        const struct msg_timing *g = &d->timings[i];
+        uint64_t busy = (uint64_t)g->compute_us + g->copy_us;
+        if (g->recv_us < prev || g->sent_us < g->recv_us + busy)
+            return;
+        msg[i] = g->recv_us - prev;
+        other += g->sent_us - g->recv_us - busy;
+        prev = g->sent_us;
+    }
+    if ((uint64_t)now < prev)
+        return;
+    msg[n] = (uint64_t)now - prev;
+    for (int i = 0; i <= n; i++)
+        t->msg_us[i] += msg[i];
+    t->stage_other_us += other;
+    t->stamped_steps++;
+}
+
 /* Where a step's wall time went: from its send to its STEP_DONE, against the
  * time the stages report (compute, edge copies); the rest is messages,
  * wake-ups, and waiting behind other steps in flight (ep_timing_log prints
@@ -381,6 +408,7 @@ static void step_timing_add(struct ep_engine *e, const struct ep_step *st,
         t->compute_us += d->timings[i].compute_us;
         t->copy_us += d->timings[i].copy_us;
     }
+    step_transit_add(t, st->t_send_us, now_us(), d);
 }
 
 void ep_timing_log(const struct ep_engine *e)
@@ -394,6 +422,17 @@ void ep_timing_log(const struct ep_engine *e)
              "(max %.3f), stages compute %.3f ms, edge copies %.3f ms, the rest (%d messages, "
              "wake-ups, queueing) %.3f ms", (unsigned long long)t->steps, e->n_stages, wall,
              (double)t->max_wall_us / 1e3, comp, copy, e->n_stages + 1, wall - comp - copy);
+    if (t->stamped_steps == 0)
+        return;
+    char line[512];
+    size_t len = 0;
+    double ns = (double)t->stamped_steps;
+    for (int i = 0; i <= e->n_stages && i <= MSG_MAX_STAGES && len < sizeof line; i++)
+        len += (size_t)snprintf(line + len, sizeof line - len, "%s%.3f", i ? " / " : "",
+                                (double)t->msg_us[i] / ns / 1e3);
+    LOG_INFO("pipeline", "message transit (coordinator -> stage 0 / ... / last stage -> "
+             "coordinator, %llu steps): %s ms; stages outside compute and copies %.3f ms a step",
+             (unsigned long long)t->stamped_steps, line, (double)t->stage_other_us / ns / 1e3);
 }
 
 static void on_step_done(struct ep_engine *e, const struct msg *m)

@@ -16,7 +16,7 @@
  *     sample   [temperature, top_k, top_p, min_p, presence, frequency, repetition, seed, draw,
  *               n_logprobs, gen bin, ctx bin, bias_ids bin, bias_vals bin, allowed bin
  *               (bytes; empty: no mask)]
- *     timing   [stage, compute_us, copy_us]
+ *     timing   [stage, compute_us, copy_us, recv_us, sent_us]
  *   STEP_DONE  [[sampled...], [timing...]]
  *     sampled  [seq_id, token, logprob, top_ids bin, top_logprobs bin]
  *   SEQ_FREE   [seq_id, slot, pages bin]
@@ -402,8 +402,9 @@ static int pack_timings(msgpack_packer *pk, const struct msg_timing *t, int32_t 
 {
     int rc = msgpack_pack_array(pk, (size_t)n);
     for (int32_t i = 0; i < n; i++)
-        rc |= msgpack_pack_array(pk, 3) | msgpack_pack_int32(pk, t[i].stage) |
-              msgpack_pack_uint32(pk, t[i].compute_us) | msgpack_pack_uint32(pk, t[i].copy_us);
+        rc |= msgpack_pack_array(pk, 5) | msgpack_pack_int32(pk, t[i].stage) |
+              msgpack_pack_uint32(pk, t[i].compute_us) | msgpack_pack_uint32(pk, t[i].copy_us) |
+              msgpack_pack_uint64(pk, t[i].recv_us) | msgpack_pack_uint64(pk, t[i].sent_us);
     return rc;
 }
 

@@ -43,7 +43,7 @@
 extern "C" {
 #endif
 
-#define CS_PROTO_VERSION 2
+#define CS_PROTO_VERSION 3
 
 /* ---- limits (a message beyond any of them is refused) ---- */
 #define MSG_MAX_BYTES (64u << 20)        /* one encoded message */
@@ -169,11 +169,16 @@ struct msg_seq {
     struct msg_sample sample;/* meaningful with MSG_SEQ_SAMPLE */
 };
 
-/* compute and copy time of one stage for one step */
+/* One stage's account of one step. recv_us and sent_us are CLOCK_MONOTONIC
+ * microseconds (when the step arrived, when it left): stages and the
+ * coordinator of one host share that clock, so their differences give each
+ * message's transit time (0 when not known). */
 struct msg_timing {
     int32_t stage;
     uint32_t compute_us;
     uint32_t copy_us;
+    uint64_t recv_us;
+    uint64_t sent_us;
 };
 
 struct msg_step {

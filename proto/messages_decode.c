@@ -437,10 +437,12 @@ static int dec_timings(struct dec *d, const msgpack_object *o, struct msg_timing
     if (!t)
         return cs_error_set(d->err, CS_ENOMEM, "timings: out of memory");
     for (uint32_t i = 0; i < n; i++)
-        if ((rc = get_array(d, &items[i], "timing", 3, &f, NULL)) ||
+        if ((rc = get_array(d, &items[i], "timing", 5, &f, NULL)) ||
             (rc = get_i32(d, &f[0], "stage", &t[i].stage)) ||
             (rc = get_u32(d, &f[1], "compute_us", &t[i].compute_us)) ||
-            (rc = get_u32(d, &f[2], "copy_us", &t[i].copy_us)))
+            (rc = get_u32(d, &f[2], "copy_us", &t[i].copy_us)) ||
+            (rc = get_u64(d, &f[3], "recv_us", &t[i].recv_us)) ||
+            (rc = get_u64(d, &f[4], "sent_us", &t[i].sent_us)))
             return rc;
     *out = t;
     *n_out = (int32_t)n;

@@ -69,6 +69,7 @@ struct worker {
      * (slots held by stale steps are garbage). */
     uint32_t epoch;
     int64_t ctl_seen_ms;        /* last message from the coordinator */
+    uint64_t wake_us;           /* CLOCK_MONOTONIC us when the poll last saw a message */
     char loaded_path[4096];     /* the model whose slice is loaded (kept across LOADs) */
     int loaded_begin, loaded_end;
     float *hid_in, *hid_out;    /* backend [max_tokens][E] */

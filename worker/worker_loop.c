@@ -412,6 +412,9 @@ static int worker_serve(struct worker *w, struct cs_error *err)
         int n_items = w->pull ? 2 : 1;
         if (zmq_poll(items, n_items, 100) < 0)
             continue;   /* EINTR */
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        w->wake_us = (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
         for (int i = 0; i < n_items && !quit; i++) {
             if (!(items[i].revents & ZMQ_POLLIN))
                 continue;

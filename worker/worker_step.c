@@ -111,7 +111,8 @@ static int step_forward(struct worker *w, struct msg *m, const struct msg_timing
     int nt = s->n_timings < MSG_MAX_STAGES - 1 ? s->n_timings : MSG_MAX_STAGES - 1;
     memcpy(tim, s->timings, sizeof tim[0] * (size_t)nt);
     tim[nt] = *mine;
-    tim[nt++].copy_us += (uint32_t)(now_us() - t0);   /* edge in + edge out */
+    tim[nt].copy_us += (uint32_t)(now_us() - t0);   /* edge in + edge out */
+    tim[nt++].sent_us = now_us();
     struct msg_timing *saved_t = s->timings;
     int saved_n = s->n_timings, saved_slot = s->edge_slot;
     int32_t saved_sender = m->h.sender;
@@ -144,7 +145,8 @@ static int step_done_send(struct worker *w, const struct msg *m, const struct ms
             smp[n++] = (struct msg_sampled){.seq_id = s->seqs[k].seq_id, .result = w->results[k]};
     int nt = s->n_timings < MSG_MAX_STAGES - 1 ? s->n_timings : MSG_MAX_STAGES - 1;
     memcpy(tim, s->timings, sizeof tim[0] * (size_t)nt);
-    tim[nt++] = *mine;
+    tim[nt] = *mine;
+    tim[nt++].sent_us = now_us();
     d.u.step_done = (struct msg_step_done){.n_samples = n, .samples = smp, .n_timings = nt,
                                            .timings = tim};
     int rc = transport_send(w->ctl, NULL, &d, -1, err);
@@ -221,7 +223,7 @@ static int step_execute(struct worker *w, struct msg *m, struct cs_error *err)
     if (rc)
         return rc;
     struct msg_timing mine = {.stage = w->stage, .compute_us = (uint32_t)(t2 - t1),
-                              .copy_us = (uint32_t)(t1 - t0)};
+                              .copy_us = (uint32_t)(t1 - t0), .recv_us = w->wake_us};
     return last ? step_done_send(w, m, &mine, err) : step_forward(w, m, &mine, err);
 }
 

@@ -1,7 +1,7 @@
 """test_constrained.py - proves constrained decoding through the pipeline
 engine (`cmpserve serve --workers 3 --gpus cpu`): the coordinator computes
 each constrained sequence's allowed-token mask, sends it in the STEP message
-(protocol version 2) and advances the constraint with each sampled token.
+(protocol version 3) and advances the constraint with each sampled token.
 json_schema requests (greedy, and seeded at temperature 1, sent
 concurrently) give output that validates against the schema and equals,
 character for character, the in-process engine's output for the same

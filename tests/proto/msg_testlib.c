@@ -178,6 +178,8 @@ static struct msg_timing *rnd_timings(struct rnd *r, int32_t *n)
         t[i].stage = (int32_t)rnd_range(r, 0, MSG_MAX_STAGES - 1);
         t[i].compute_us = (uint32_t)rnd_u64(r);
         t[i].copy_us = (uint32_t)rnd_u64(r);
+        t[i].recv_us = rnd_u64(r);
+        t[i].sent_us = rnd_u64(r);
     }
     return t;
 }
@@ -348,6 +350,8 @@ static bool eq_timings(const struct msg_timing *ta, const struct msg_timing *tb,
         SAME(stage);
         SAME(compute_us);
         SAME(copy_us);
+        SAME(recv_us);
+        SAME(sent_us);
     }
     return true;
 }
