@@ -36,6 +36,7 @@ enum cs_config_kind { CS_CFG_STR, CS_CFG_INT, CS_CFG_FLOAT, CS_CFG_BOOL };
     X(INT, prefill_chunk, 512, "prefill chunk size in tokens")                                 \
     X(INT, step_tokens, 2048, "token budget of one pipeline step")                             \
     X(INT, pipeline_inflight, 0, "steps in flight in the pipeline (0: one per stage, or 1 when workers share a GPU)") \
+    X(INT, pipeline_spin_ms, -1, "ms a pipeline process keeps polling without sleeping after a step message (-1: auto, 0: never)") \
     X(STR, kv_type, "auto", "KV cache type: f32, f16 or auto (f16 on GPU, f32 on CPU)")        \
     X(INT, kv_page_size, 256, "tokens per KV page")                                            \
     X(STR, hidden_type, "f32", "hidden states between stages: f32 or f16")                     \

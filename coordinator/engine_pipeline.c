@@ -243,11 +243,13 @@ static void ep_destroy(struct engine *base)
 {
     struct ep_engine *e = (struct ep_engine *)base;
     uv_poll_stop(&e->poll);
+    uv_idle_stop(&e->spin);
     ep_release(e);
     uv_close((uv_handle_t *)&e->poll, ep_on_close);
     uv_close((uv_handle_t *)&e->hb_timer, ep_on_close);
     uv_close((uv_handle_t *)&e->kick_timer, ep_on_close);
     uv_close((uv_handle_t *)&e->grace_timer, ep_on_close);
+    uv_close((uv_handle_t *)&e->spin, ep_on_close);
 }
 
 static const struct engine_ops ep_ops = {
@@ -461,8 +463,10 @@ int engine_pipeline_create(struct engine **out, struct uv_loop_s *loop, const st
     uv_timer_init(loop, &e->hb_timer);
     uv_timer_init(loop, &e->kick_timer);
     uv_timer_init(loop, &e->grace_timer);
-    e->poll.data = e->hb_timer.data = e->kick_timer.data = e->grace_timer.data = e;
-    e->n_open_handles = 4;
+    uv_idle_init(loop, &e->spin);
+    e->poll.data = e->hb_timer.data = e->kick_timer.data = e->grace_timer.data = e->spin.data = e;
+    e->n_open_handles = 5;
+    e->spin_ms = transport_spin_ms(cfg->pipeline_spin_ms, e->n_stages + 1);
     uv_poll_start(&e->poll, UV_READABLE, ep_on_poll);
     uv_timer_start(&e->hb_timer, ep_on_heartbeat, (uint64_t)cfg->heartbeat_ms,
                    (uint64_t)cfg->heartbeat_ms);
@@ -471,8 +475,8 @@ int engine_pipeline_create(struct engine **out, struct uv_loop_s *loop, const st
         e->workers[i].last_seen_ms = now;
     e->max_inflight = ep_inflight_limit(e);
     LOG_INFO("pipeline", "%d stages ready: %d sequences, %d KV pages of %d tokens, steps of %d "
-             "tokens, %d in flight", e->n_stages, e->n_slots, e->pages.n_pages, e->page_size,
-             e->budget, e->max_inflight);
+             "tokens, %d in flight, polling without sleep %d ms after a step", e->n_stages,
+             e->n_slots, e->pages.n_pages, e->page_size, e->budget, e->max_inflight, e->spin_ms);
     *out = &e->base;
     ep_drain(e);
     return CS_OK;

@@ -100,6 +100,10 @@ struct ep_engine {
     struct cs_config cfg;
     uv_poll_t poll;
     uv_timer_t hb_timer, kick_timer, grace_timer;
+    uv_idle_t spin;                    /* polls the router while steps are in flight */
+    int spin_ms;                       /* transport_spin_ms; 0: wait in uv_poll only */
+    bool spinning;
+    int64_t spin_seen_us;              /* a step was last in flight (CLOCK_MONOTONIC) */
     int n_open_handles;
     /* processes and channels */
     char run_dir[256];

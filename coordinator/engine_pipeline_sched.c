@@ -273,6 +273,22 @@ static int sched_step_send(struct ep_engine *e)
     return rc == CS_OK ? 1 : -1;
 }
 
+/* While steps are in flight (and up to spin_ms after the last one came
+ * back) the loop polls the router on every turn instead of sleeping in
+ * uv_poll: an active idle handle makes uv_run poll its descriptors with a
+ * zero timeout. The STEP_DONE is then read without a thread wake-up. */
+static void on_spin(uv_idle_t *h)
+{
+    struct ep_engine *e = h->data;
+    ep_drain(e);
+    if (e->n_inflight > 0)
+        e->spin_seen_us = now_us();
+    else if (now_us() - e->spin_seen_us > (int64_t)e->spin_ms * 1000) {
+        uv_idle_stop(h);
+        e->spinning = false;
+    }
+}
+
 void ep_tick(struct ep_engine *e)
 {
     sched_cancels(e);
@@ -287,6 +303,10 @@ void ep_tick(struct ep_engine *e)
     }
     if (sent)
         ep_drain(e);   /* a send, even a failed one, may consume the ZMQ_FD edge */
+    if (sent && e->spin_ms > 0 && !e->spinning) {
+        e->spinning = true;
+        uv_idle_start(&e->spin, on_spin);
+    }
 }
 
 static void on_kick(uv_timer_t *t)

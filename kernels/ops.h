@@ -138,6 +138,11 @@ struct cs_backend {
     /* Returns once host_src has been read (it may be reused or freed at return). */
     int (*upload)(struct cs_backend *be, void *dst, const void *host_src, size_t bytes);
     int (*download)(struct cs_backend *be, void *host_dst, const void *src, size_t bytes);
+    /* The same copies queued in order with the ops, not waited for: the host
+     * range must stay valid and untouched until the next be->sync returns
+     * (a pipeline stage moves its edge slots this way: one fence a step). */
+    int (*upload_async)(struct cs_backend *be, void *dst, const void *host_src, size_t bytes);
+    int (*download_async)(struct cs_backend *be, void *host_dst, const void *src, size_t bytes);
     int (*copy)(struct cs_backend *be, void *dst, const void *src, size_t bytes); /* device to device */
     int (*zero)(struct cs_backend *be, void *dst, size_t bytes);
     int (*sync)(struct cs_backend *be);

@@ -361,3 +361,11 @@ int transport_drain(void *sock, int max_msgs, transport_msg_cb cb, void *ctx, bo
     }
     return handled;
 }
+
+int transport_spin_ms(int configured, int n_procs)
+{
+    if (configured >= 0)
+        return configured;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    return n_procs > 0 && cores >= 2L * n_procs ? TRANSPORT_SPIN_AUTO_MS : 0;
+}

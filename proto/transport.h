@@ -88,6 +88,17 @@ int transport_send_bytes(void *sock, const char *peer, const void *data, size_t 
 int transport_recv(void *sock, char *peer, size_t peer_cap, struct msg *m, int timeout_ms,
                    struct cs_error *err);
 
+/* How long a pipeline process keeps polling its sockets without sleeping
+ * after its last step message (config pipeline_spin_ms): a value >= 0 is
+ * taken as is; -1 (auto) gives TRANSPORT_SPIN_AUTO_MS when this host has at
+ * least 2 online cores per pipeline process (n_procs: the stages and the
+ * coordinator), else 0. Why: a message to a process asleep in poll costs a
+ * wake-up of its thread, which on an idle core is tens to hundreds of
+ * microseconds; polling keeps that off a decode step's critical path, for
+ * one busy core per process while steps flow. */
+#define TRANSPORT_SPIN_AUTO_MS 100
+int transport_spin_ms(int configured, int n_procs);
+
 /* ZMQ_FD of a socket, for uv_poll (read the edge-trigger rule above). */
 int transport_fd(void *sock, int *fd);
 /* 1 when a message can be received now (ZMQ_EVENTS has ZMQ_POLLIN), 0 when

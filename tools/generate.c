@@ -34,6 +34,7 @@ struct gen_opts {
     struct cs_sample_params sp;
     /* pipeline (--workers N): worker processes instead of the in-process model */
     int workers;
+    int spin_ms;         /* pipeline_spin_ms */
     const char *gpus, *layer_split, *run_dir;
 };
 
@@ -44,7 +45,8 @@ static void usage(FILE *f)
             "         [--temperature T] [--top-k K] [--top-p P] [--min-p M]\n"
             "         [--presence-penalty X] [--frequency-penalty X] [--repetition-penalty X]\n"
             "         [--seed S] [--threads N] [--device cpu|0] [--log-level error|warn|info|debug]\n"
-            "         [--workers N [--gpus cpu|0,1,2] [--layer-split 10,12] [--run-dir DIR]]\n"
+            "         [--workers N [--gpus cpu|0,1,2] [--layer-split 10,12] [--run-dir DIR]\n"
+            "          [--pipeline-spin-ms MS]]\n"
             "Generates up to N tokens after the raw prompt (no chat template), streaming to stdout.\n"
             "Defaults: temperature 1 (0: greedy), top-k/top-p/min-p and penalties off, seed 0,\n"
             "all cores, device cpu. Stops early at an end-of-generation token.\n");
@@ -81,6 +83,7 @@ static int opts_parse(struct gen_opts *o, int argc, char **argv)
     o->device = "cpu";
     o->n_predict = -1;
     o->log_level = -1;
+    o->spin_ms = -1;
     o->sp = (struct cs_sample_params){.temperature = 1.0f, .top_p = 1.0f,
                                       .repetition_penalty = 1.0f, .n_logprobs = -1};
     while (cli_args_peek(&a) && !a.error) {
@@ -107,6 +110,8 @@ static int opts_parse(struct gen_opts *o, int argc, char **argv)
             o->layer_split = a.value;
         } else if (cli_args_opt(&a, "run-dir")) {
             o->run_dir = a.value;
+        } else if (cli_args_opt(&a, "pipeline-spin-ms")) {
+            cli_parse_int(&a, "pipeline-spin-ms", -1, 60000, &o->spin_ms);
         } else if (cli_args_opt(&a, "threads")) {
             cli_parse_int(&a, "threads", 0, 1024, &o->n_threads);
         } else if (cli_args_opt(&a, "log-level")) {
@@ -281,6 +286,7 @@ static void gen_pipe_config(const struct gen_run *g, struct cs_config *cfg)
              o->log_level == CS_LOG_DEBUG ? "debug" : o->log_level == CS_LOG_INFO ? "info"
              : o->log_level == CS_LOG_WARN ? "warn" : "error");
     cfg->workers = o->workers;
+    cfg->pipeline_spin_ms = o->spin_ms;
     cfg->threads = o->n_threads;
     cfg->ctx_size = g->n_prompt + o->n_predict + 1;
     cfg->max_seqs = 1;

@@ -138,7 +138,7 @@ static int layer_forward(struct cs_model *m, struct cs_state *st, int l, const s
 
 /* Validate, upload the batch, and put the slice's input in st->hidden. */
 static int slice_begin(struct cs_model *m, struct cs_state *st, const struct cs_batch *b,
-                       const float *hidden_in)
+                       const float *hidden_in, bool in_host)
 {
     if (!m || !st || st->m != m)
         return CS_EINVAL;
@@ -154,6 +154,8 @@ static int slice_begin(struct cs_model *m, struct cs_state *st, const struct cs_
     size_t n = (size_t)b->n_tokens * (size_t)m->hp.n_embd;
     if ((rc = be->step_begin(be, b)))
         return rc;
+    if (hidden_in && in_host)
+        return be->upload_async(be, st->hidden, hidden_in, n * sizeof(float));
     if (hidden_in)
         return be->copy(be, st->hidden, hidden_in, n * sizeof(float));
     return be->embed(be, st->hidden, &m->token_embd, b);
@@ -272,28 +274,39 @@ static bool head_in_body(const struct cs_model *m, const struct cs_state *st,
     return true;
 }
 
-int model_forward(struct cs_model *m, struct cs_state *st, const struct cs_batch *b,
-                  const float *hidden_in, float *hidden_out, const bool *sample,
-                  const struct cs_sample_params *params, struct cs_sample_result *results)
+int model_forward_io(struct cs_model *m, struct cs_state *st, const struct cs_batch *b,
+                     const struct model_io *io, const bool *sample,
+                     const struct cs_sample_params *params, struct cs_sample_result *results)
 {
-    if (m && !m->last_stage && !hidden_out)
+    if (m && !m->last_stage && !io->out)
         return CS_EINVAL;
     if (m && m->last_stage && sample && (!params || !results))
         return CS_EINVAL;
-    int rc = slice_begin(m, st, b, hidden_in);
+    int rc = slice_begin(m, st, b, io->in, io->in_host);
     bool head = rc == CS_OK && head_in_body(m, st, b, sample);
     if (rc == CS_OK)
         rc = step_body(m, st, b, head ? STEP_LAYERS_HEAD : STEP_LAYERS);
-    if (rc == CS_OK && hidden_out)
-        rc = m->be->copy(m->be, hidden_out, st->hidden,
-                         (size_t)b->n_tokens * (size_t)m->hp.n_embd * sizeof(float));
+    size_t out_bytes = (size_t)b->n_tokens * (size_t)m->hp.n_embd * sizeof(float);
+    if (rc == CS_OK && io->out)
+        rc = io->out_host ? m->be->download_async(m->be, io->out, st->hidden, out_bytes)
+                          : m->be->copy(m->be, io->out, st->hidden, out_bytes);
     if (rc == CS_OK && head)
         rc = m->be->sample(m->be, results, st->logits, m->hp.n_vocab, params, b->n_seqs);
     else if (rc == CS_OK && m->last_stage && sample)
         rc = sample_last_tokens(m, st, b, sample, params, results);
     if (rc == CS_OK)
         rc = m->be->sync(m->be);
+    else if (m && m->be)
+        m->be->sync(m->be);   /* queued copies may still read or write io's host memory */
     return rc;
+}
+
+int model_forward(struct cs_model *m, struct cs_state *st, const struct cs_batch *b,
+                  const float *hidden_in, float *hidden_out, const bool *sample,
+                  const struct cs_sample_params *params, struct cs_sample_result *results)
+{
+    struct model_io io = {.in = hidden_in, .out = hidden_out};
+    return model_forward_io(m, st, b, &io, sample, params, results);
 }
 
 int model_forward_logits(struct cs_model *m, struct cs_state *st, const struct cs_batch *b,
@@ -301,7 +314,7 @@ int model_forward_logits(struct cs_model *m, struct cs_state *st, const struct c
 {
     if (!m || !m->last_stage || !host_logits)
         return CS_EINVAL;
-    int rc = slice_begin(m, st, b, hidden_in);
+    int rc = slice_begin(m, st, b, hidden_in, false);
     if (rc == CS_OK)
         rc = step_body(m, st, b, STEP_LAYERS);
     size_t E = (size_t)m->hp.n_embd, V = (size_t)m->hp.n_vocab;

@@ -116,6 +116,21 @@ int model_forward(struct cs_model *m, struct cs_state *st, const struct cs_batch
                   const float *hidden_in, float *hidden_out, const bool *sample,
                   const struct cs_sample_params *params, struct cs_sample_result *results);
 
+/* Where a slice's hidden states come from and go to: backend memory, or host
+ * memory (in_host / out_host) moved by asynchronous copies queued with the
+ * step's ops and fenced by its final sync, so a pipeline stage passes its
+ * edge slots and waits once a step. The host ranges must stay untouched until
+ * model_forward_io returns (it syncs on failure too). */
+struct model_io {
+    const float *in;      /* [n_tokens][E] fp32, or NULL on the first stage */
+    bool in_host;
+    float *out;           /* [n_tokens][E] fp32; NULL on the last stage */
+    bool out_host;
+};
+int model_forward_io(struct cs_model *m, struct cs_state *st, const struct cs_batch *b,
+                     const struct model_io *io, const bool *sample,
+                     const struct cs_sample_params *params, struct cs_sample_result *results);
+
 /* Single-stage or last stage with hidden_in: like model_forward but returns
  * the logits of every token of the batch, [n_tokens][n_vocab] fp32 in host
  * memory (tests and the reference check; not used when serving). */

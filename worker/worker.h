@@ -70,9 +70,10 @@ struct worker {
     uint32_t epoch;
     int64_t ctl_seen_ms;        /* last message from the coordinator */
     uint64_t wake_us;           /* CLOCK_MONOTONIC us when the poll last saw a message */
+    uint64_t step_seen_us;      /* ... when a step last arrived or finished */
+    int spin_ms;                /* poll without sleeping this long after it (transport_spin_ms) */
     char loaded_path[4096];     /* the model whose slice is loaded (kept across LOADs) */
     int loaded_begin, loaded_end;
-    float *hid_in, *hid_out;    /* backend [max_tokens][E] */
     float *host;                /* host [max_tokens][E]: fp16 edges only (conversion);
                                  * fp32 edges are copied straight from/to their slots */
     void *pinned[WORKER_MAX_PINNED];  /* edge mappings registered with the backend */

@@ -24,6 +24,13 @@ static int64_t now_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+static uint64_t now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
 /* ---- heartbeat thread: its own DEALER "h<id>" ---- */
 
 static void *hb_main(void *arg)
@@ -198,17 +205,13 @@ static int load_edges(struct worker *w, const struct msg_load *l, struct cs_erro
 static int load_buffers(struct worker *w, struct cs_error *err)
 {
     size_t n = (size_t)w->max_tokens * (size_t)w->m.hp.n_embd;
-    int rc = w->be->alloc(w->be, (void **)&w->hid_in, n * sizeof(float));
-    if (!rc)
-        rc = w->be->alloc(w->be, (void **)&w->hid_out, n * sizeof(float));
     bool f16 = (w->ein && edge_config_get(w->ein)->dtype == CS_DTYPE_F16) ||
                (w->eout && edge_config_get(w->eout)->dtype == CS_DTYPE_F16);
     if (f16)
         w->host = malloc(n * sizeof(float));   /* fp16 conversion; fp32 edges need none */
     w->results = calloc(MSG_MAX_SEQS, sizeof *w->results);
-    if (rc || (f16 && !w->host) || !w->results)
-        return cs_error_set(err, rc ? rc : CS_ENOMEM, "cannot allocate the step buffers (%zu values)",
-                            n);
+    if ((f16 && !w->host) || !w->results)
+        return cs_error_set(err, CS_ENOMEM, "cannot allocate the step buffers (%zu values)", n);
     return CS_OK;
 }
 
@@ -222,13 +225,6 @@ static void slice_state_release(struct worker *w)
     edge_close(w->ein);
     edge_close(w->eout);
     w->ein = w->eout = NULL;
-    if (w->be) {
-        if (w->hid_in)
-            w->be->free(w->be, w->hid_in);
-        if (w->hid_out)
-            w->be->free(w->be, w->hid_out);
-    }
-    w->hid_in = w->hid_out = NULL;
     free(w->host);
     free(w->results);
     w->host = NULL;
@@ -287,6 +283,7 @@ static int load_slice(struct worker *w, const struct msg_load *l, struct cs_erro
         w->be->graph_enable(w->be, w->cfg.cuda_graphs);
     w->stage = l->stage;
     w->n_stages = l->n_stages;
+    w->spin_ms = transport_spin_ms(w->cfg.pipeline_spin_ms, w->n_stages + 1);
     if ((rc = load_weights(w, l, err)))
         return rc;
     if ((w->stage == 0) != w->m.first_stage || (w->stage == w->n_stages - 1) != w->m.last_stage)
@@ -410,11 +407,11 @@ static int worker_serve(struct worker *w, struct cs_error *err)
         zmq_pollitem_t items[2] = {{.socket = w->ctl, .events = ZMQ_POLLIN},
                                    {.socket = w->pull, .events = ZMQ_POLLIN}};
         int n_items = w->pull ? 2 : 1;
-        if (zmq_poll(items, n_items, 100) < 0)
-            continue;   /* EINTR */
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        w->wake_us = (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+        bool spin = w->spin_ms > 0 && now_us() - w->step_seen_us < (uint64_t)w->spin_ms * 1000u;
+        int n = zmq_poll(items, n_items, spin ? 0 : 100);
+        if (n <= 0)
+            continue;   /* nothing yet, or EINTR */
+        w->wake_us = now_us();
         for (int i = 0; i < n_items && !quit; i++) {
             if (!(items[i].revents & ZMQ_POLLIN))
                 continue;

@@ -39,11 +39,11 @@ void worker_error_send(struct worker *w, uint64_t step_id, int code, bool fatal,
         LOG_ERROR("worker", "cannot report an error to the coordinator: %s", err.msg);
 }
 
-/* Hidden states of the step from the incoming edge into w->hid_in: uploaded
- * straight from the slot (fp32; through w->host with a conversion for fp16),
- * which is released only after be->upload has returned (it has then read
- * the slot; ops.h). */
-static int step_edge_read(struct worker *w, const struct msg *m, struct cs_error *err)
+/* The incoming hidden states of a step (stage > 0): the slot itself (fp32
+ * edges, read by the step's asynchronous upload) or w->host after a
+ * conversion (fp16). The slot is released after the step (edge_in_done). */
+static int edge_in_take(struct worker *w, const struct msg *m, const float **in,
+                        struct cs_error *err)
 {
     const struct msg_step *s = &m->u.step;
     const void *src = NULL;
@@ -58,10 +58,9 @@ static int step_edge_read(struct worker *w, const struct msg *m, struct cs_error
         rc = edge_read(w->ein, s->edge_slot, m->h.step_id, w->host, &n, err);
         src = w->host;
     }
-    if (!rc && (rc = w->be->upload(w->be, w->hid_in, src,
-                                   (size_t)n * (size_t)w->m.hp.n_embd * sizeof(float))))
-        cs_error_set(err, rc, "upload of the hidden states failed");
-    edge_release(w->ein, s->edge_slot);
+    if (rc)
+        edge_release(w->ein, s->edge_slot);
+    *in = rc ? NULL : src;
     return rc;
 }
 
@@ -80,29 +79,17 @@ static int step_slot_acquire(struct worker *w, int *slot, struct cs_error *err)
     }
 }
 
-/* Middle stage: hidden states downloaded straight into an outgoing slot
- * (fp32; through w->host with a conversion for fp16), a host fence, publish;
- * then the step downstream with edge_slot set and this stage's timing. */
-static int step_forward(struct worker *w, struct msg *m, const struct msg_timing *mine,
+/* Middle stage, after the step's fence: the outgoing slot (downloaded into
+ * in place for fp32, converted from w->host for fp16) is published and the
+ * step goes downstream with edge_slot set and this stage's timing. */
+static int step_forward(struct worker *w, struct msg *m, int slot, const struct msg_timing *mine,
                         struct cs_error *err)
 {
     struct msg_step *s = &m->u.step;
-    size_t bytes = (size_t)s->n_tokens * (size_t)w->m.hp.n_embd * sizeof(float);
     bool f16 = edge_config_get(w->eout)->dtype == CS_DTYPE_F16;
     uint64_t t0 = now_us();
-    int slot, rc;
-    if ((rc = step_slot_acquire(w, &slot, err)))
-        return rc;
-    rc = w->be->download(w->be, f16 ? (void *)w->host : edge_slot_data(w->eout, slot), w->hid_out,
-                         bytes);
-    if (!rc)
-        rc = w->be->sync(w->be);   /* host fence: the values are in host memory before publish */
-    if (rc) {
-        edge_slot_abort(w->eout, slot);
-        return cs_error_set(err, rc, "download of the hidden states failed");
-    }
-    rc = f16 ? edge_write(w->eout, slot, m->h.step_id, w->host, s->n_tokens)
-             : edge_publish(w->eout, slot, m->h.step_id, s->n_tokens);
+    int rc = f16 ? edge_write(w->eout, slot, m->h.step_id, w->host, s->n_tokens)
+                 : edge_publish(w->eout, slot, m->h.step_id, s->n_tokens);
     if (rc) {
         edge_slot_abort(w->eout, slot);
         return cs_error_set(err, rc, "edge: cannot publish slot %d", slot);
@@ -111,7 +98,7 @@ static int step_forward(struct worker *w, struct msg *m, const struct msg_timing
     int nt = s->n_timings < MSG_MAX_STAGES - 1 ? s->n_timings : MSG_MAX_STAGES - 1;
     memcpy(tim, s->timings, sizeof tim[0] * (size_t)nt);
     tim[nt] = *mine;
-    tim[nt].copy_us += (uint32_t)(now_us() - t0);   /* edge in + edge out */
+    tim[nt].copy_us += (uint32_t)(now_us() - t0);
     tim[nt++].sent_us = now_us();
     struct msg_timing *saved_t = s->timings;
     int saved_n = s->n_timings, saved_slot = s->edge_slot;
@@ -191,6 +178,12 @@ static int step_masks_check(const struct worker *w, const struct msg_step *s, st
     return CS_OK;
 }
 
+/* One step: the incoming slot and the outgoing slot are handed to the
+ * forward pass as host memory, so the upload, the layers and the download
+ * run as one queue with one fence at its end (the host-side fence before
+ * the notify); then publish and forward, or answer STEP_DONE. compute_us
+ * covers that queue (the copies included); copy_us the host-side edge work
+ * (slot waits, fp16 conversions, publish). */
 static int step_execute(struct worker *w, struct msg *m, struct cs_error *err)
 {
     const struct msg_step *s = &m->u.step;
@@ -205,14 +198,20 @@ static int step_execute(struct worker *w, struct msg *m, struct cs_error *err)
     if (rc || (rc = msg_step_to_batch(&mb, s, w->page_size, err)))
         return rc;
     uint64_t t0 = now_us();
-    if (!first)
-        rc = step_edge_read(w, m, err);
+    struct model_io io = {.in_host = true, .out_host = true};
+    int out_slot = -1;
+    if (!first && (rc = edge_in_take(w, m, &io.in, err))) {
+        msg_batch_free(&mb);
+        return rc;
+    }
+    if (!last && (rc = step_slot_acquire(w, &out_slot, err)) == CS_OK)
+        io.out = edge_config_get(w->eout)->dtype == CS_DTYPE_F16
+                     ? w->host : (float *)edge_slot_data(w->eout, out_slot);
     uint64_t t1 = now_us();
     if (!rc)
         rc = step_slots_reset(w, s, err);
     if (!rc) {
-        rc = model_forward(&w->m, w->st, &mb.batch, first ? NULL : w->hid_in,
-                           last ? NULL : w->hid_out, mb.sample, mb.params, w->results);
+        rc = model_forward_io(&w->m, w->st, &mb.batch, &io, mb.sample, mb.params, w->results);
         if (rc)
             cs_error_set(err, rc, "forward pass failed: %s", cs_strerror(rc));
     }
@@ -220,11 +219,16 @@ static int step_execute(struct worker *w, struct msg *m, struct cs_error *err)
         rc = step_snapshots(w, s, err);
     uint64_t t2 = now_us();
     msg_batch_free(&mb);
-    if (rc)
+    if (!first)
+        edge_release(w->ein, s->edge_slot);   /* the fence above: the upload has read it */
+    if (rc) {
+        if (out_slot >= 0)
+            edge_slot_abort(w->eout, out_slot);
         return rc;
+    }
     struct msg_timing mine = {.stage = w->stage, .compute_us = (uint32_t)(t2 - t1),
                               .copy_us = (uint32_t)(t1 - t0), .recv_us = w->wake_us};
-    return last ? step_done_send(w, m, &mine, err) : step_forward(w, m, &mine, err);
+    return last ? step_done_send(w, m, &mine, err) : step_forward(w, m, out_slot, &mine, err);
 }
 
 /* A step of an older epoch: give its incoming slot back (only when it still
@@ -255,12 +259,14 @@ static bool step_epoch_check(struct worker *w, const struct msg *m)
 int worker_step_run(struct worker *w, struct msg *m)
 {
     struct cs_error err = {0};
+    w->step_seen_us = w->wake_us;
     if (!step_epoch_check(w, m))
         return CS_OK;
     pthread_mutex_lock(&w->hb_mu);
     w->hb_state = MSG_STATE_BUSY;
     pthread_mutex_unlock(&w->hb_mu);
     int rc = step_execute(w, m, &err);
+    w->step_seen_us = now_us();
     pthread_mutex_lock(&w->hb_mu);
     w->hb_state = MSG_STATE_READY;
     pthread_mutex_unlock(&w->hb_mu);

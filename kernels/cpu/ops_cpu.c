@@ -194,6 +194,8 @@ static void cpu_table_fill(struct cs_backend *be)
     be->free = cpu_free;
     be->upload = cpu_memcpy;
     be->download = cpu_memcpy;
+    be->upload_async = cpu_memcpy;
+    be->download_async = cpu_memcpy;
     be->copy = cpu_memcpy;
     be->zero = cpu_zero;
     be->sync = cpu_sync;

@@ -115,6 +115,24 @@ static int cu_download(struct cs_backend *be, void *host_dst, const void *src, s
     return CS_OK;
 }
 
+static int cu_upload_async(struct cs_backend *be, void *dst, const void *host_src, size_t bytes)
+{
+    struct cuda_ctx *c = cuda_ctx_of(be);
+    if (bytes == 0)
+        return CS_OK;
+    CS_CUDA_CHECK(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, c->stream));
+    return CS_OK;
+}
+
+static int cu_download_async(struct cs_backend *be, void *host_dst, const void *src, size_t bytes)
+{
+    struct cuda_ctx *c = cuda_ctx_of(be);
+    if (bytes == 0)
+        return CS_OK;
+    CS_CUDA_CHECK(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, c->stream));
+    return CS_OK;
+}
+
 static int cu_copy(struct cs_backend *be, void *dst, const void *src, size_t bytes)
 {
     struct cuda_ctx *c = cuda_ctx_of(be);
@@ -564,6 +582,8 @@ static void table_fill(struct cs_backend *be)
     be->free = cu_free;
     be->upload = cu_upload;
     be->download = cu_download;
+    be->upload_async = cu_upload_async;
+    be->download_async = cu_download_async;
     be->copy = cu_copy;
     be->zero = cu_zero;
     be->sync = cu_sync;

@@ -74,11 +74,13 @@ def main():
                     help="words of the long prompt (about as many tokens)")
     ap.add_argument("--prefill-tokens", type=int, default=2000, help="its approximate token count")
     ap.add_argument("--chunk", type=int, default=512, help="the server's prefill_chunk")
+    ap.add_argument("--worker-flags", default="", help="extra serve flags of the pipeline run")
     a = ap.parse_args()
     res = {}
     for label, extra, port in (("in-process", ["--gpus", a.single], 18080),
                                ("%d workers" % a.workers,
-                                ["--workers", str(a.workers), "--gpus", a.gpus], 18081)):
+                                ["--workers", str(a.workers), "--gpus", a.gpus] + a.worker_flags.split(),
+                               18081)):
         p = serve(a, extra, port)
         try:
             wait_ready(port, p, 240)
