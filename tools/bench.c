@@ -4,7 +4,7 @@
  *   cmpserve bench --kernels [--json] [--device N]
  *   cmpserve bench --model FILE [--prompt-lens 512,2048,8192,32768] [--gen 128]
  *                  [--depths 0,4096,32768] [--chunk 2048] [--json] [--device N]
- *                  [--no-cuda-graphs]
+ *                  [--no-cuda-graphs] [--kv-type f16|f32]
  *
  * Both modes first run the probes (kernels/cuda/probe.h: read bandwidth, DP4A,
  * FP32 FMA, HFMA2). --kernels then times the matrix kernels (kernels/cuda/
@@ -52,6 +52,7 @@ struct bench_opts {
     int device;
     bool json;
     bool no_cuda_graphs;   /* decode steps eager (compare with the default: graphs on) */
+    const char *kv_type;   /* "f16" (default: what serve runs on a GPU) or "f32" */
 };
 
 static void bench_usage(FILE *out)
@@ -60,7 +61,7 @@ static void bench_usage(FILE *out)
             "usage: cmpserve bench --kernels [--json] [--device N]\n"
             "       cmpserve bench --model FILE [--prompt-lens 512,2048,8192,32768] [--gen 128]\n"
             "                      [--depths 0,4096,32768] [--chunk 2048] [--json] [--device N]\n"
-            "                      [--cuda-graphs | --no-cuda-graphs]\n");
+            "                      [--cuda-graphs | --no-cuda-graphs] [--kv-type f16|f32]\n");
 }
 
 static int parse_list(const char *s, int *out, int *n)
@@ -87,6 +88,7 @@ static int bench_parse(struct bench_opts *o, int argc, char **argv)
     parse_list("0,4096,32768", o->depths, &o->n_depths);
     o->gen = 128;
     o->chunk = 2048;
+    o->kv_type = "f16";
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int ok = 1;
@@ -113,6 +115,8 @@ static int bench_parse(struct bench_opts *o, int argc, char **argv)
             ok = (o->chunk = atoi(argv[++i])) > 0;
         else if (v && !strcmp(a, "--device"))
             ok = (o->device = atoi(argv[++i])) >= 0;
+        else if (v && !strcmp(a, "--kv-type"))
+            ok = !strcmp(o->kv_type = argv[++i], "f16") || !strcmp(o->kv_type, "f32");
         else
             ok = 0;
         if (!ok) {
@@ -410,11 +414,11 @@ static int bench_kernels(const struct bench_opts *o, const struct cuda_probe *p)
 struct mcount {
     double trunk_params;    /* prefill: 2 int8 ops each per token */
     double read_bytes;      /* decode: projection weights + LM head per token */
-    double kv_bytes_per_pos;/* all attention layers, K and V, fp16 */
+    double kv_bytes_per_pos;/* all attention layers, K and V, at the KV type's size */
     double gdn_state_bytes; /* read + written per token */
 };
 
-static void model_count(struct mcount *mc, const struct cs_model *m)
+static void model_count(struct mcount *mc, const struct cs_model *m, double kv_elem_bytes)
 {
     memset(mc, 0, sizeof *mc);
     const struct cs_hparams *hp = &m->hp;
@@ -430,7 +434,7 @@ static void model_count(struct mcount *mc, const struct cs_model *m)
         if (hp->recurrent[l])
             mc->gdn_state_bytes += 2.0 * hp->ssm_heads * hp->ssm_state * hp->ssm_state * 4;
         else
-            mc->kv_bytes_per_pos += 2.0 * hp->n_head_kv * hp->head_dim * 2;
+            mc->kv_bytes_per_pos += 2.0 * hp->n_head_kv * hp->head_dim * kv_elem_bytes;
     }
     mc->read_bytes += (double)m->output.bytes;
 }
@@ -472,7 +476,8 @@ static int bench_model(const struct bench_opts *o, const struct cuda_probe *p)
     char dev[16];
     snprintf(dev, sizeof dev, "%d", o->device);
     struct cli_session_options so = {.model_path = o->model, .device = dev, .max_tokens = o->chunk,
-                                     .max_ctx = max_ctx + 1, .no_cuda_graphs = o->no_cuda_graphs};
+                                     .max_ctx = max_ctx + 1, .no_cuda_graphs = o->no_cuda_graphs,
+                                     .kv_type = o->kv_type};
     struct cli_session s;
     struct cs_error err = {0};
     int rc = cli_session_open(&s, &so, &err);
@@ -481,7 +486,7 @@ static int bench_model(const struct bench_opts *o, const struct cuda_probe *p)
         return 1;
     }
     struct mcount mc;
-    model_count(&mc, s.m);
+    model_count(&mc, s.m, s.kv_type == CS_DTYPE_F16 ? 2.0 : 4.0);
     int32_t *tokens = malloc(sizeof(int32_t) * (size_t)max_ctx);
     for (int i = 0; tokens && i < max_ctx; i++)
         tokens[i] = (int32_t)(krand() % (uint64_t)(s.m->hp.n_vocab < 150000 ? s.m->hp.n_vocab : 150000));
@@ -492,8 +497,9 @@ static int bench_model(const struct bench_opts *o, const struct cuda_probe *p)
     if (o->json)
         printf(",\"model\":{\"file\":\"%s\",\"trunk_params\":%.0f,\"prefill\":[", o->model, mc.trunk_params);
     else
-        printf("\nmodel %s: trunk %.2f B params, %.2f GB read per decoded token (+KV, GDN state)\n", o->model,
-               mc.trunk_params / 1e9, mc.read_bytes / 1e9);
+        printf("\nmodel %s: trunk %.2f B params, %.2f GB read per decoded token (+KV, GDN state), "
+               "%s KV\n", o->model, mc.trunk_params / 1e9, mc.read_bytes / 1e9,
+               s.kv_type == CS_DTYPE_F16 ? "fp16" : "fp32");
     for (int i = 0; i < o->n_prompt_lens && rc == CS_OK; i++) {
         int n = o->prompt_lens[i];
         if ((rc = state_slot_reset(s.st, 0)) != CS_OK)

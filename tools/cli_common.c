@@ -224,6 +224,15 @@ int cli_session_open(struct cli_session *s, const struct cli_session_options *o,
     }
     if ((rc = session_backend(s, o, err)))
         goto fail;
+    bool on_cpu = strcmp(s->be->name, "cpu") == 0;
+    if (!o->kv_type || strcmp(o->kv_type, "auto") == 0)
+        s->kv_type = on_cpu ? CS_DTYPE_F32 : CS_DTYPE_F16;
+    else if (strcmp(o->kv_type, "f32") == 0 || strcmp(o->kv_type, "f16") == 0)
+        s->kv_type = o->kv_type[1] == '3' ? CS_DTYPE_F32 : CS_DTYPE_F16;
+    else {
+        rc = cs_error_set(err, CS_EINVAL, "kv type '%s' is not f32, f16 or auto", o->kv_type);
+        goto fail;
+    }
     if (o->no_cuda_graphs && s->be->graph_enable)
         s->be->graph_enable(s->be, false);
     s->m = calloc(1, sizeof *s->m);
@@ -266,7 +275,7 @@ int cli_session_state(struct cli_session *s, int max_tokens, int max_ctx, struct
         .n_slots = 1,
         .kv_pages = (max_ctx + CLI_PAGE_SIZE - 1) / CLI_PAGE_SIZE,
         .page_size = CLI_PAGE_SIZE,
-        .kv_type = CS_DTYPE_F32,
+        .kv_type = s->kv_type ? s->kv_type : CS_DTYPE_F32,
     };
     if (cfg.kv_pages < 1)
         cfg.kv_pages = 1;

@@ -77,6 +77,9 @@ struct cli_session_options {
     bool need_tokenizer;
     int max_tokens;          /* largest batch of one forward call */
     int max_ctx;             /* positions the one sequence may reach */
+    const char *kv_type;     /* "f32", "f16", or NULL / "auto": f16 on a GPU, f32 on the CPU
+                              * (the rule of serve's kv_type, so generate and bench measure
+                              * what serve runs) */
 };
 
 /* The whole model on one backend with one sequence slot (slot 0, reset). */
@@ -87,6 +90,7 @@ struct cli_session {
     struct cs_state *st;
     struct tokenizer *tok;   /* when need_tokenizer */
     int max_pages;           /* KV pages of the sequence (the batch's page table) */
+    uint32_t kv_type;        /* CS_DTYPE_F32 or CS_DTYPE_F16 (from the options) */
 };
 
 /* Open the GGUF, create the backend, load all layers and (need_tokenizer)

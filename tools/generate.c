@@ -35,6 +35,7 @@ struct gen_opts {
     /* pipeline (--workers N): worker processes instead of the in-process model */
     int workers;
     int spin_ms;         /* pipeline_spin_ms */
+    const char *kv_type; /* auto (serve's rule: f16 on a GPU), f16 or f32 */
     const char *gpus, *layer_split, *run_dir;
 };
 
@@ -44,7 +45,8 @@ static void usage(FILE *f)
             "usage: cmpserve generate --model FILE --prompt TEXT -n N\n"
             "         [--temperature T] [--top-k K] [--top-p P] [--min-p M]\n"
             "         [--presence-penalty X] [--frequency-penalty X] [--repetition-penalty X]\n"
-            "         [--seed S] [--threads N] [--device cpu|0] [--log-level error|warn|info|debug]\n"
+            "         [--seed S] [--threads N] [--device cpu|0] [--kv-type auto|f16|f32]\n"
+            "         [--log-level error|warn|info|debug]\n"
             "         [--workers N [--gpus cpu|0,1,2] [--layer-split 10,12] [--run-dir DIR]\n"
             "          [--pipeline-spin-ms MS]]\n"
             "Generates up to N tokens after the raw prompt (no chat template), streaming to stdout.\n"
@@ -96,6 +98,8 @@ static int opts_parse(struct gen_opts *o, int argc, char **argv)
             o->prompt = a.value;
         } else if (cli_args_opt(&a, "device")) {
             o->device = a.value;
+        } else if (cli_args_opt(&a, "kv-type")) {
+            o->kv_type = a.value;
         } else if (cli_args_opt(&a, "n") || cli_args_opt(&a, "n-predict")) {
             cli_parse_int(&a, "n", 0, 1 << 20, &o->n_predict);
         } else if (strcmp(cli_args_peek(&a), "-n") == 0 && a.i + 1 < a.argc) {
@@ -287,6 +291,8 @@ static void gen_pipe_config(const struct gen_run *g, struct cs_config *cfg)
              : o->log_level == CS_LOG_WARN ? "warn" : "error");
     cfg->workers = o->workers;
     cfg->pipeline_spin_ms = o->spin_ms;
+    if (o->kv_type)
+        snprintf(cfg->kv_type, sizeof cfg->kv_type, "%s", o->kv_type);
     cfg->threads = o->n_threads;
     cfg->ctx_size = g->n_prompt + o->n_predict + 1;
     cfg->max_seqs = 1;
@@ -328,7 +334,8 @@ static int gen_run_all(struct gen_run *g, struct cs_error *err)
     if (g->o->workers > 0)
         return gen_run_pipeline(g, err);
     struct cli_session_options so = {.model_path = g->o->model, .device = g->o->device,
-                                     .n_threads = g->o->n_threads, .need_tokenizer = true};
+                                     .n_threads = g->o->n_threads, .need_tokenizer = true,
+                                     .kv_type = g->o->kv_type};
     int rc = cli_session_open(&g->s, &so, err);
     if (rc)
         return rc;

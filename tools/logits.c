@@ -156,7 +156,8 @@ static int lg_run_all(struct lg_run *r, const struct lg_opts *o, struct cs_error
     free(prompt);
     struct cli_session_options so = {.model_path = o->model, .device = o->device,
                                      .n_threads = o->n_threads, .int8_matmul = o->int8,
-                                     .max_tokens = r->n_prompt, .max_ctx = r->n_pos};
+                                     .max_tokens = r->n_prompt, .max_ctx = r->n_pos,
+                                     .kv_type = "f32"};   /* reference checks: full precision */
     if ((rc = cli_session_open(&r->s, &so, err)))
         return rc;
     r->n_vocab = r->s.m->hp.n_vocab;
