@@ -80,6 +80,7 @@ struct ep_timing {
      * (decode, slot waits, encode), summed over steps. */
     uint64_t msg_us[MSG_MAX_STAGES + 1];
     uint64_t stage_other_us;
+    uint64_t stage_compute_us[MSG_MAX_STAGES];
     uint64_t stamped_steps;            /* steps whose timings all carried stamps */
 };
 

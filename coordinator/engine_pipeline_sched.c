@@ -407,6 +407,8 @@ static void step_transit_add(struct ep_timing *t, int64_t sent, int64_t now,
     msg[n] = (uint64_t)now - prev;
     for (int i = 0; i <= n; i++)
         t->msg_us[i] += msg[i];
+    for (int i = 0; i < n; i++)
+        t->stage_compute_us[i] += d->timings[i].compute_us;
     t->stage_other_us += other;
     t->stamped_steps++;
 }
@@ -453,6 +455,11 @@ void ep_timing_log(const struct ep_engine *e)
     LOG_INFO("pipeline", "message transit (coordinator -> stage 0 / ... / last stage -> "
              "coordinator, %llu steps): %s ms; stages outside compute and copies %.3f ms a step",
              (unsigned long long)t->stamped_steps, line, (double)t->stage_other_us / ns / 1e3);
+    len = 0;
+    for (int i = 0; i < e->n_stages && i < MSG_MAX_STAGES && len < sizeof line; i++)
+        len += (size_t)snprintf(line + len, sizeof line - len, "%s%.3f", i ? " / " : "",
+                                (double)t->stage_compute_us[i] / ns / 1e3);
+    LOG_INFO("pipeline", "compute per stage (0 / ... / last): %s ms a step", line);
 }
 
 static void on_step_done(struct ep_engine *e, const struct msg *m)

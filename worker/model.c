@@ -12,9 +12,17 @@
  * replays (step_body), then sampling or the logits download. */
 #include <math.h>
 #include <string.h>
+#include <time.h>
 
 #include "../common/log.h"
 #include "state.h"
+
+static uint64_t model_now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
 
 /* Check everything the ops will index with; CS_EINVAL on any violation. */
 static int batch_check(const struct cs_model *m, const struct cs_state *st,
@@ -282,6 +290,7 @@ int model_forward_io(struct cs_model *m, struct cs_state *st, const struct cs_ba
         return CS_EINVAL;
     if (m && m->last_stage && sample && (!params || !results))
         return CS_EINVAL;
+    uint64_t t0 = model_now_us();
     int rc = slice_begin(m, st, b, io->in, io->in_host);
     bool head = rc == CS_OK && head_in_body(m, st, b, sample);
     if (rc == CS_OK)
@@ -294,10 +303,16 @@ int model_forward_io(struct cs_model *m, struct cs_state *st, const struct cs_ba
         rc = m->be->sample(m->be, results, st->logits, m->hp.n_vocab, params, b->n_seqs);
     else if (rc == CS_OK && m->last_stage && sample)
         rc = sample_last_tokens(m, st, b, sample, params, results);
+    uint64_t t1 = model_now_us();
     if (rc == CS_OK)
         rc = m->be->sync(m->be);
     else if (m && m->be)
         m->be->sync(m->be);   /* queued copies may still read or write io's host memory */
+    if (m) {
+        m->n_forward++;
+        m->submit_us += t1 - t0;
+        m->wait_us += model_now_us() - t1;
+    }
     return rc;
 }
 

@@ -71,6 +71,9 @@ struct cs_model {
     float *output_norm;             /* last stage */
     struct cs_layer_weights layers[CS_MAX_LAYERS];  /* indexed by absolute layer */
     uint64_t weight_bytes;          /* bytes uploaded */
+    /* model_forward_io's account (CLOCK_MONOTONIC us, summed): queueing the
+     * step's ops on the host, then waiting in the final sync for the device */
+    uint64_t n_forward, submit_us, wait_us;
 };
 
 /* Progress of weight loading, called every few hundred MB and at the end. */

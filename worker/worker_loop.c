@@ -374,6 +374,20 @@ static int worker_dispatch(struct worker *w, struct msg *m, bool from_ctl, bool 
         return worker_step_run(w, m);
     case MSG_SHUTDOWN:
         *quit = true;
+        if (w->be && w->be->graph_stats) {
+            struct cs_graph_stats g = {0};
+            w->be->graph_stats(w->be, &g);
+            LOG_INFO("worker", "stage %d: decode-step graphs %llu recorded, %llu replayed, %llu "
+                     "eager, %llu failed", w->stage, (unsigned long long)g.recorded,
+                     (unsigned long long)g.replayed, (unsigned long long)g.eager,
+                     (unsigned long long)g.failed);
+        }
+        if (w->model_loaded && w->m.n_forward > 0)
+            LOG_INFO("worker", "stage %d: %llu forward passes: %.3f ms queueing ops on the host, "
+                     "%.3f ms waiting for the device, a pass", w->stage,
+                     (unsigned long long)w->m.n_forward,
+                     (double)w->m.submit_us / (double)w->m.n_forward / 1e3,
+                     (double)w->m.wait_us / (double)w->m.n_forward / 1e3);
         return CS_OK;
     case MSG_HEARTBEAT:
         if (from_ctl)
