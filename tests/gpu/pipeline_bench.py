@@ -4,7 +4,10 @@ item 6): aggregate decode throughput of `cmpserve serve --workers W` with 1, 2,
 4 and 8 concurrent greedy streams, and the per-hop cost (a decode step with W
 stages against the in-process engine's step on the same model; a long prompt's
 prefill likewise, per chunk). The hop cost is the difference spread over the W
-process boundaries (W - 1 edges plus the coordinator round trip).
+process boundaries (W - 1 edges plus the coordinator round trip). The decode
+step is timed twice: from whole 64-token requests at concurrency 1 (prefill and
+request costs included, spread over the tokens), and from the gaps between
+streamed tokens of one longer request (decode steps alone).
 
 usage: pipeline_bench.py --cmpserve BIN --model M [--workers 3] [--gpus 0,0,0]
                          [--tokens 64] [--conc 1,2,4,8]
@@ -42,6 +45,25 @@ def complete(port, prompt, n):
         return json.loads(r.read())["usage"]["completion_tokens"]
 
 
+def decode_step_ms(port, n):
+    """One streamed greedy completion of n tokens: the mean time between
+    consecutive content chunks after the first (decode steps only: the
+    prompt's prefill and the request's fixed costs are before the first)."""
+    body = json.dumps({"prompt": "Story: once upon a time", "max_tokens": n, "temperature": 0,
+                       "ignore_eos": True, "stream": True}).encode()
+    req = urllib.request.Request("http://127.0.0.1:%d/v1/completions" % port, body,
+                                 {"Content-Type": "application/json"})
+    times = []
+    with urllib.request.urlopen(req, timeout=300) as r:
+        for raw in r:
+            line = raw.decode("utf-8", "replace").strip()
+            if line.startswith("data: {") and '"text"' in line:
+                times.append(time.time())
+    if len(times) < 2:
+        raise RuntimeError("stream gave %d chunks" % len(times))
+    return (times[-1] - times[0]) / (len(times) - 1) * 1e3
+
+
 def run_conc(port, c, n):
     done = [0] * c
     def go(i):
@@ -74,6 +96,8 @@ def main():
                     help="words of the long prompt (about as many tokens)")
     ap.add_argument("--prefill-tokens", type=int, default=2000, help="its approximate token count")
     ap.add_argument("--chunk", type=int, default=512, help="the server's prefill_chunk")
+    ap.add_argument("--decode-tokens", type=int, default=256,
+                    help="tokens of the streamed run that times decode steps alone")
     ap.add_argument("--worker-flags", default="", help="extra serve flags of the pipeline run")
     a = ap.parse_args()
     res = {}
@@ -93,6 +117,9 @@ def main():
             res[(label, "prefill")] = time.time() - t0
             print("BENCH %s prefill of ~%d words: %.1f ms" % (label, a.prefill_words,
                                                              res[(label, "prefill")] * 1e3), flush=True)
+            res[(label, "step")] = min(decode_step_ms(port, a.decode_tokens) for _ in range(2))
+            print("BENCH %s decode step (streamed, %d tokens, best of 2): %.3f ms"
+                  % (label, a.decode_tokens, res[(label, "step")]), flush=True)
             for c in ([1] if label == "in-process" else [int(x) for x in a.conc.split(",")]):
                 toks, dt = run_conc(port, c, a.tokens)
                 res[(label, c)] = toks / dt
@@ -115,6 +142,11 @@ def main():
         hop = (step_w - step_1) / a.workers
         print("BENCH step: in-process %.2f ms, %d workers %.2f ms: %.2f ms per hop = %.1f%% of a step"
               % (step_1 * 1e3, a.workers, step_w * 1e3, hop * 1e3, 100 * hop / step_1))
+    sw, s1 = res.get(("%d workers" % a.workers, "step")), res.get(("in-process", "step"))
+    if sw and s1:
+        hop = (sw - s1) / a.workers
+        print("BENCH decode step alone (streamed): in-process %.3f ms, %d workers %.3f ms: %.3f ms "
+              "per hop = %.1f%% of a step" % (s1, a.workers, sw, hop, 100 * hop / s1))
     pw, p1 = res.get(("%d workers" % a.workers, "prefill")), res.get(("in-process", "prefill"))
     if pw and p1:
         chunks = max(1, -(-a.prefill_tokens // a.chunk))
