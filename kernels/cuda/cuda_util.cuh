@@ -30,28 +30,6 @@
 
 #define CS_FULL_MASK 0xffffffffu
 
-/* Programmatic dependent launch (sm_90+; both are no-ops on older targets and
- * in a kernel launched without the attribute, cuda_launch_pdl in matmul_int.cuh).
- * cuda_pdl_trigger: this block's dependents may start launching (once every
- * block of the grid has said so or exited); the small kernels that feed a GEMV
- * call it first thing. cuda_pdl_wait: block until the kernel before this one
- * has completed and its writes are visible; a GEMV calls it after issuing its
- * first weight loads, which read nothing the previous kernel writes, so the
- * launch and the first DRAM round trip overlap the previous kernel. */
-static __device__ __forceinline__ void cuda_pdl_trigger(void)
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
-
-static __device__ __forceinline__ void cuda_pdl_wait(void)
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-
 static __device__ __forceinline__ float warp_sum(float v)
 {
 #pragma unroll

@@ -15,7 +15,6 @@ static unsigned ew_blocks(size_t n)
 
 static __global__ void k_add(float *x, const float *y, size_t n)
 {
-    cuda_pdl_trigger();   /* a GEMV may follow: let it start loading weights */
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x)
         x[i] += y[i];
@@ -23,7 +22,6 @@ static __global__ void k_add(float *x, const float *y, size_t n)
 
 static __global__ void k_silu_mul(float *out, const float *g, const float *u, size_t n)
 {
-    cuda_pdl_trigger();   /* a GEMV may follow: let it start loading weights */
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x)
         out[i] = silu_f(g[i]) * u[i];
@@ -33,7 +31,6 @@ static __global__ void k_silu_mul(float *out, const float *g, const float *u, si
 static __global__ void k_sigmoid_gate(float *out, const float *gate, int gts, int ghs,
                                       int n_heads, int head_dim, size_t n)
 {
-    cuda_pdl_trigger();   /* a GEMV may follow: let it start loading weights */
     size_t per_token = (size_t)n_heads * head_dim;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {

@@ -57,7 +57,6 @@ static __global__ void __launch_bounds__(SEG_THREADS, 4)
             wd[j] = __half2float(dg[(size_t)b * 32 + lane]);
         }
     }
-    cuda_pdl_wait();   /* x (or xq/xd) is the previous kernel's output */
     if (XS) {   /* quantize this segment of x (NT tokens) into shared memory */
         const int per_warp = (NT * SEG + SEG_WARPS - 1) / SEG_WARPS;
         float xv[per_warp];
@@ -235,8 +234,9 @@ static cudaError_t seg_launch_nt(const struct mm_parts &ps, int units, int n_seg
                                  const int8_t *xq, const float *xd, int n_in, int nb, float *part,
                                  int *tickets, cudaStream_t s)
 {
-    return cuda_launch_pdl(gemv_seg_kernel<NT, XS>, dim3(units * n_seg), dim3(SEG_THREADS), 0, s,
-                           ps, n_seg, x, xq, xd, n_in, nb, part, tickets);
+    gemv_seg_kernel<NT, XS><<<units * n_seg, SEG_THREADS, 0, s>>>(ps, n_seg, x, xq, xd, n_in, nb,
+                                                                part, tickets);
+    return cudaGetLastError();
 }
 
 cudaError_t gemv_seg_launch(int nt, const struct mm_parts &ps, int units, const float *x,

@@ -68,7 +68,6 @@ static __global__ void __launch_bounds__(NT <= 2 ? 512 : 256, NT <= 2 ? MM_GEMV_
             wd[j] = __half2float(dg[(size_t)b * 32 + lane]);
         }
     }
-    cuda_pdl_wait();   /* x (or xq/xd) is the previous kernel's output */
     if (XS) {
         int8_t *xs = (int8_t *)(terms + 2 * C * NT * 32);
         float *xds = (float *)(xs + (size_t)NT * n_in);
@@ -439,8 +438,8 @@ static cudaError_t gemv_launch_nt(const struct mm_parts &ps, int units, const fl
                 raised[dev] = (int)smem;
         }
     }
-    return cuda_launch_pdl(gemv_q8_kernel<NT, GEMV_BPW(NT), XS>, dim3(units), dim3(warps * 32),
-                           smem, s, ps, x, xq, xd, n_in, nb);
+    gemv_q8_kernel<NT, GEMV_BPW(NT), XS><<<units, warps * 32, smem, s>>>(ps, x, xq, xd, n_in, nb);
+    return cudaGetLastError();
 }
 
 template <bool XS>

@@ -24,44 +24,6 @@ struct mm_parts {
     int n;
 };
 
-/* True when GEMVs on the current device are launched as programmatic
- * dependents (cuda_util.cuh cuda_pdl_wait): compute capability 9.0 or newer.
- * Cached per device. */
-static inline bool cuda_pdl_enabled(void)
-{
-    static int cached[16];   /* 0: unknown, 1: no, 2: yes */
-    int dev = 0;
-    cudaGetDevice(&dev);
-    if (dev >= 0 && dev < 16 && cached[dev])
-        return cached[dev] == 2;
-    int major = 0;
-    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
-    if (dev >= 0 && dev < 16)
-        cached[dev] = major >= 9 ? 2 : 1;
-    return major >= 9;
-}
-
-/* Launch kernel k as a programmatic dependent of the stream's previous
- * kernel where the device supports it (recorded graphs keep the edge), else
- * as a plain launch. The kernel must call cuda_pdl_wait before it reads
- * anything an earlier kernel writes, and write nothing before it. */
-template <typename... KArgs, typename... Args>
-static cudaError_t cuda_launch_pdl(void (*k)(KArgs...), dim3 grid, dim3 block, size_t smem,
-                                   cudaStream_t s, Args... args)
-{
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = grid;
-    cfg.blockDim = block;
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = s;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = cuda_pdl_enabled() ? 1 : 0;
-    return cudaLaunchKernelEx(&cfg, k, args...);
-}
-
 static __device__ __forceinline__ int mm_part_find(const struct mm_parts &ps, int unit)
 {
     int i = 0;

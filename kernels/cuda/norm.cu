@@ -36,7 +36,6 @@ static __device__ __forceinline__ void rms_row_regs(float *yr, const float *v, c
 static __global__ void __launch_bounds__(NORM_THREADS) k_rmsnorm(float *out, const float *x,
                                                                  const float *w, int dim, float eps)
 {
-    cuda_pdl_trigger();   /* a GEMV may follow: let it start loading weights */
     __shared__ float scratch[32];
     const float *xr = x + (size_t)blockIdx.x * dim;
     float v[NORM_NPT];
@@ -53,7 +52,6 @@ static __global__ void __launch_bounds__(NORM_THREADS) k_rmsnorm(float *out, con
 static __global__ void __launch_bounds__(NORM_THREADS)
     k_add_rmsnorm(float *x, const float *y, float *out, const float *w, int dim, float eps)
 {
-    cuda_pdl_trigger();   /* a GEMV may follow: let it start loading weights */
     __shared__ float scratch[32];
     float *xr = x + (size_t)blockIdx.x * dim;
     const float *yr = y + (size_t)blockIdx.x * dim;
@@ -97,7 +95,6 @@ static __device__ __forceinline__ void rms_row_long(float *yr, float *xw, const 
 static __global__ void k_rmsnorm_long(float *out, const float *x, const float *w, int dim,
                                       float eps)
 {
-    cuda_pdl_trigger();   /* a GEMV may follow: let it start loading weights */
     __shared__ float scratch[32];
     size_t off = (size_t)blockIdx.x * dim;
     rms_row_long(out + off, NULL, x + off, NULL, w, dim, eps, scratch);
@@ -106,7 +103,6 @@ static __global__ void k_rmsnorm_long(float *out, const float *x, const float *w
 static __global__ void k_add_rmsnorm_long(float *x, const float *y, float *out, const float *w,
                                           int dim, float eps)
 {
-    cuda_pdl_trigger();   /* a GEMV may follow: let it start loading weights */
     __shared__ float scratch[32];
     size_t off = (size_t)blockIdx.x * dim;
     rms_row_long(out + off, x + off, x + off, y + off, w, dim, eps, scratch);
@@ -116,7 +112,6 @@ static __global__ void k_add_rmsnorm_long(float *x, const float *y, float *out, 
 static __global__ void k_gated_rmsnorm(float *x, const float *z, const float *w, int n_rows,
                                        int head_dim, float eps)
 {
-    cuda_pdl_trigger();   /* a GEMV may follow: let it start loading weights */
     int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     int lane = threadIdx.x & 31;
     if (row >= n_rows)

@@ -15,7 +15,6 @@
 static __global__ void quantize_q8_1_kernel(int8_t *xq, float *xd, const float *x, int64_t n_in,
                                             int64_t n_blocks_total)
 {
-    cuda_pdl_trigger();   /* a GEMV may follow: let it start loading weights */
     int64_t blk = (int64_t)blockIdx.x * (QUANT_THREADS / 32) + (threadIdx.x >> 5);
     int lane = threadIdx.x & 31;
     if (blk >= n_blocks_total)
