@@ -295,6 +295,12 @@ static int load_slice(struct worker *w, const struct msg_load *l, struct cs_erro
     if ((rc = load_kv_fit(w, &sc, err)) || (rc = state_create(&w->st, &w->m, &sc, err)) ||
         (rc = load_edges(w, l, err)) || (rc = load_buffers(w, err)))
         return rc;
+    /* After a LOAD nothing this stage wrote before is wanted (a recovery
+     * replays with a new epoch), and a slot held by a killed predecessor of
+     * this process (it holds its outgoing slot for a whole step) would stay
+     * taken for good: the outgoing edge starts empty. */
+    if (w->eout)
+        edge_reset(w->eout);
     return CS_OK;
 }
 

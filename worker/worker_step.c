@@ -64,6 +64,16 @@ static int edge_in_take(struct worker *w, const struct msg *m, const float **in,
     return rc;
 }
 
+/* Give the incoming slot back, only while it still holds this step: after
+ * a recovery upstream may have reset its edge and refilled the slot. */
+static void edge_in_done(struct worker *w, const struct msg *m)
+{
+    const void *data;
+    int n;
+    if (edge_peek(w->ein, m->u.step.edge_slot, m->h.step_id, &data, &n, NULL) == CS_OK)
+        edge_release(w->ein, m->u.step.edge_slot);
+}
+
 /* Take the next outgoing slot, waiting while downstream still holds it. */
 static int step_slot_acquire(struct worker *w, int *slot, struct cs_error *err)
 {
@@ -220,7 +230,7 @@ static int step_execute(struct worker *w, struct msg *m, struct cs_error *err)
     uint64_t t2 = now_us();
     msg_batch_free(&mb);
     if (!first)
-        edge_release(w->ein, s->edge_slot);   /* the fence above: the upload has read it */
+        edge_in_done(w, m);   /* the fence above: the upload has read it */
     if (rc) {
         if (out_slot >= 0)
             edge_slot_abort(w->eout, out_slot);
