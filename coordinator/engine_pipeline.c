@@ -467,6 +467,10 @@ int engine_pipeline_create(struct engine **out, struct uv_loop_s *loop, const st
     e->poll.data = e->hb_timer.data = e->kick_timer.data = e->grace_timer.data = e->spin.data = e;
     e->n_open_handles = 5;
     e->spin_ms = transport_spin_ms(cfg->pipeline_spin_ms, e->n_stages + 1);
+    int cpu = e->spin_ms > 0 ? transport_pin_core_for(-1) : -1;
+    if (cpu >= 0)
+        LOG_INFO("pipeline", "the loop thread polls while steps flow, on core %d with %d ZeroMQ "
+                 "I/O thread(s)", cpu, transport_pin_core(cpu));
     uv_poll_start(&e->poll, UV_READABLE, ep_on_poll);
     uv_timer_start(&e->hb_timer, ep_on_heartbeat, (uint64_t)cfg->heartbeat_ms,
                    (uint64_t)cfg->heartbeat_ms);

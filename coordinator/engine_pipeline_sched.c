@@ -6,6 +6,7 @@
  *
  * A dead stage starts a recovery (engine_pipeline_recover.c): steps pause,
  * each sequence's token list (kept here) is replayed once the stage is back. */
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -281,6 +282,7 @@ static void on_spin(uv_idle_t *h)
 {
     struct ep_engine *e = h->data;
     ep_drain(e);
+    sched_yield();   /* the I/O thread pinned beside the loop runs at once */
     if (e->n_inflight > 0)
         e->spin_seen_us = now_us();
     else if (now_us() - e->spin_seen_us > (int64_t)e->spin_ms * 1000) {

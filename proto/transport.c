@@ -1,9 +1,13 @@
 /* transport.c - ZeroMQ sockets for control and notify channels, framing of
  * encoded messages, timeouts with zmq_poll, non-blocking drains for event
  * loops, and the 0700 run directory (see transport.h). */
+#define _GNU_SOURCE   /* pthread_setaffinity_np, sched_setaffinity, CPU_SET */
 #include "transport.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <pthread.h>
+#include <sched.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -368,4 +372,45 @@ int transport_spin_ms(int configured, int n_procs)
         return configured;
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     return n_procs > 0 && cores >= 2L * n_procs ? TRANSPORT_SPIN_AUTO_MS : 0;
+}
+
+int transport_pin_core_for(int stage_or_coord)
+{
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    long cpu = cores - 2 - stage_or_coord;   /* coordinator: -1 -> the last core */
+    return cpu >= 0 && cpu < cores && cpu < CPU_SETSIZE ? (int)cpu : -1;
+}
+
+int transport_pin_core(int cpu)
+{
+    if (cpu < 0 || cpu >= CPU_SETSIZE)
+        return CS_EINVAL;
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(cpu, &set);
+    if (pthread_setaffinity_np(pthread_self(), sizeof set, &set) != 0)
+        return CS_EIO;
+    DIR *d = opendir("/proc/self/task");
+    if (!d)
+        return CS_EIO;
+    int n = 0;
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        if (de->d_name[0] < '0' || de->d_name[0] > '9')
+            continue;
+        char path[300], comm[32] = {0};
+        snprintf(path, sizeof path, "/proc/self/task/%s/comm", de->d_name);
+        FILE *f = fopen(path, "r");
+        if (!f)
+            continue;
+        if (!fgets(comm, sizeof comm, f))
+            comm[0] = 0;
+        fclose(f);
+        /* libzmq names its I/O threads "ZMQbg/IO/<n>" */
+        if (strncmp(comm, "ZMQbg/IO", 8) == 0 &&
+            sched_setaffinity((pid_t)atoi(de->d_name), sizeof set, &set) == 0)
+            n++;
+    }
+    closedir(d);
+    return n;
 }

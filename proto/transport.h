@@ -99,6 +99,20 @@ int transport_recv(void *sock, char *peer, size_t peer_cap, struct msg *m, int t
 #define TRANSPORT_SPIN_AUTO_MS 100
 int transport_spin_ms(int configured, int n_procs);
 
+/* For a polling process (transport_spin_ms > 0): pins the calling thread
+ * and this process's ZeroMQ I/O threads to one core. Why: a message crosses
+ * the sender's and the receiver's I/O threads; asleep on an idle core, each
+ * costs a wake-up from a deep idle state (~40 us each on the H200 host).
+ * Beside a thread that polls (and yields between polls), the core never
+ * idles and the I/O thread runs at once: a 300-byte message 61 -> 24 us
+ * there (docs/PERF.md, the pipeline section).
+ * Returns the number of I/O threads pinned, or a negative status. Linux. */
+int transport_pin_core(int cpu);
+/* The core a pipeline process pins to: the coordinator the last online
+ * core, stage i the one below the coordinator's minus i; -1 when the host
+ * has too few. */
+int transport_pin_core_for(int stage_or_coord);
+
 /* ZMQ_FD of a socket, for uv_poll (read the edge-trigger rule above). */
 int transport_fd(void *sock, int *fd);
 /* 1 when a message can be received now (ZMQ_EVENTS has ZMQ_POLLIN), 0 when

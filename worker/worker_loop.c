@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -284,6 +285,12 @@ static int load_slice(struct worker *w, const struct msg_load *l, struct cs_erro
     w->stage = l->stage;
     w->n_stages = l->n_stages;
     w->spin_ms = transport_spin_ms(w->cfg.pipeline_spin_ms, w->n_stages + 1);
+    int cpu = w->spin_ms > 0 ? transport_pin_core_for(w->stage) : -1;
+    if (cpu >= 0) {
+        int n = transport_pin_core(cpu);
+        LOG_INFO("worker", "stage %d polls %d ms after a step, on core %d with %d ZeroMQ I/O "
+                 "thread(s)", w->stage, w->spin_ms, cpu, n);
+    }
     if ((rc = load_weights(w, l, err)))
         return rc;
     if ((w->stage == 0) != w->m.first_stage || (w->stage == w->n_stages - 1) != w->m.last_stage)
@@ -429,6 +436,8 @@ static int worker_serve(struct worker *w, struct cs_error *err)
         int n_items = w->pull ? 2 : 1;
         bool spin = w->spin_ms > 0 && now_us() - w->step_seen_us < (uint64_t)w->spin_ms * 1000u;
         int n = zmq_poll(items, n_items, spin ? 0 : 100);
+        if (n == 0 && spin)
+            sched_yield();   /* the I/O thread pinned beside this one runs at once */
         if (n <= 0)
             continue;   /* nothing yet, or EINTR */
         w->wake_us = now_us();
