@@ -95,42 +95,38 @@ static void cu_free(struct cs_backend *be, void *ptr)
     }
 }
 
-static int cu_upload(struct cs_backend *be, void *dst, const void *host_src, size_t bytes)
-{
-    struct cuda_ctx *c = cuda_ctx_of(be);
-    if (bytes == 0)
-        return CS_OK;
-    CS_CUDA_CHECK(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, c->stream));
-    CS_CUDA_CHECK(cudaStreamSynchronize(c->stream));   /* host_src may be freed at return */
-    return CS_OK;
-}
-
-static int cu_download(struct cs_backend *be, void *host_dst, const void *src, size_t bytes)
-{
-    struct cuda_ctx *c = cuda_ctx_of(be);
-    if (bytes == 0)
-        return CS_OK;
-    CS_CUDA_CHECK(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, c->stream));
-    CS_CUDA_CHECK(cudaStreamSynchronize(c->stream));
-    return CS_OK;
-}
-
 static int cu_upload_async(struct cs_backend *be, void *dst, const void *host_src, size_t bytes)
 {
     struct cuda_ctx *c = cuda_ctx_of(be);
-    if (bytes == 0)
-        return CS_OK;
-    CS_CUDA_CHECK(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, c->stream));
+    if (bytes > 0)
+        CS_CUDA_CHECK(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, c->stream));
     return CS_OK;
 }
 
 static int cu_download_async(struct cs_backend *be, void *host_dst, const void *src, size_t bytes)
 {
     struct cuda_ctx *c = cuda_ctx_of(be);
-    if (bytes == 0)
-        return CS_OK;
-    CS_CUDA_CHECK(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, c->stream));
+    if (bytes > 0)
+        CS_CUDA_CHECK(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, c->stream));
     return CS_OK;
+}
+
+/* The synchronous copies: the queued one, then a wait (host_src may be
+ * freed, host_dst read, at return). */
+static int cu_upload(struct cs_backend *be, void *dst, const void *host_src, size_t bytes)
+{
+    int rc = cu_upload_async(be, dst, host_src, bytes);
+    if (rc == CS_OK && bytes > 0)
+        CS_CUDA_CHECK(cudaStreamSynchronize(cuda_ctx_of(be)->stream));
+    return rc;
+}
+
+static int cu_download(struct cs_backend *be, void *host_dst, const void *src, size_t bytes)
+{
+    int rc = cu_download_async(be, host_dst, src, bytes);
+    if (rc == CS_OK && bytes > 0)
+        CS_CUDA_CHECK(cudaStreamSynchronize(cuda_ctx_of(be)->stream));
+    return rc;
 }
 
 static int cu_copy(struct cs_backend *be, void *dst, const void *src, size_t bytes)
