@@ -99,8 +99,8 @@ static __global__ void __launch_bounds__(SEG_THREADS, 4)
                 x1 = __ldg(xv + 1);
                 dx = __ldg(xd + (size_t)t * nb + b);
             }
-            int isum = dot32(wv0[j], wv1[j], x0, x1);
-            terms[k][t][lane] = __fmul_rn(__fmul_rn(wd[j], dx), i2f_exact(isum));
+            int isum = dot32(wv0[j], wv1[j], x0, x1, MM_DOT_BIAS);
+            terms[k][t][lane] = __fmul_rn(__fmul_rn(wd[j], dx), biased_dot_to_float(isum));
         }
     }
     __syncthreads();

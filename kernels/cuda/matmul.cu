@@ -120,8 +120,8 @@ static __global__ void __launch_bounds__(NT <= 2 ? 512 : 256, NT <= 2 ? MM_GEMV_
                     x1 = __ldg(xv + 1);
                     dx = __ldg(xd + (size_t)t * nb + b);
                 }
-                int isum = dot32(wv0[j], wv1[j], x0, x1);
-                tb[(k * NT + t) * 32 + lane] = __fmul_rn(__fmul_rn(wd[j], dx), i2f_exact(isum));
+                int isum = dot32(wv0[j], wv1[j], x0, x1, MM_DOT_BIAS);
+                tb[(k * NT + t) * 32 + lane] = __fmul_rn(__fmul_rn(wd[j], dx), biased_dot_to_float(isum));
             }
         }
         /* next round's weights fly during the barrier and the serial sum */
@@ -314,7 +314,7 @@ static __global__ void __launch_bounds__(MM_GEMM_THREADS, MM_GEMM_MIN_BLOCKS) ge
                 for (int i = 0; i < 4; i++)
 #pragma unroll
                     for (int t = 0; t < 8; t++)
-                        isum[i][t] = 0;
+                        isum[i][t] = MM_DOT_BIAS;   /* see biased_dot_to_float */
 #pragma unroll
                 for (int h = 0; h < 2; h++) {
                     int4 a[4];
@@ -344,7 +344,7 @@ static __global__ void __launch_bounds__(MM_GEMM_THREADS, MM_GEMM_MIN_BLOCKS) ge
                 for (int i = 0; i < 4; i++)
 #pragma unroll
                     for (int t = 0; t < 8; t++)
-                        acc[i][t] = __fadd_rn(acc[i][t], __fmul_rn(__fmul_rn(da[i], db[t]), i2f_exact(isum[i][t])));
+                        acc[i][t] = __fadd_rn(acc[i][t], __fmul_rn(__fmul_rn(da[i], db[t]), biased_dot_to_float(isum[i][t])));
             }
             if (s + 1 < n_stages)
                 gemm_store(sm, buf ^ 1, r);

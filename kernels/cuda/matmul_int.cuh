@@ -32,9 +32,10 @@ static __device__ __forceinline__ int mm_part_find(const struct mm_parts &ps, in
     return i;
 }
 
-static __device__ __forceinline__ int dot32(int4 a0, int4 a1, int4 b0, int4 b1)
+/* acc + the dot product of two 32-value int8 blocks */
+static __device__ __forceinline__ int dot32(int4 a0, int4 a1, int4 b0, int4 b1, int acc)
 {
-    int s = __dp4a(a0.x, b0.x, 0);
+    int s = __dp4a(a0.x, b0.x, acc);
     s = __dp4a(a0.y, b0.y, s);
     s = __dp4a(a0.z, b0.z, s);
     s = __dp4a(a0.w, b0.w, s);
@@ -44,11 +45,14 @@ static __device__ __forceinline__ int dot32(int4 a0, int4 a1, int4 b0, int4 b1)
     return __dp4a(a1.w, b1.w, s);
 }
 
-/* Exact int -> float for |v| < 2^22 (block dots are below 2^20): an integer
- * add and an fp32 subtract instead of the quarter-rate I2F conversion. */
-static __device__ __forceinline__ float i2f_exact(int v)
+/* Exact int -> float of a block dot v (|v| <= 32 * 127 * 127 < 2^22): the
+ * DP4A chain starts from MM_DOT_BIAS instead of 0, so it ends on the bits
+ * of the fp32 1.5 * 2^23 + v, and one fp32 subtract gives v. That replaces
+ * the quarter-rate I2F conversion and costs no integer add. */
+#define MM_DOT_BIAS 0x4B400000
+static __device__ __forceinline__ float biased_dot_to_float(int biased)
 {
-    return __fsub_rn(__int_as_float(0x4B400000 + v), 12582912.0f);
+    return __fsub_rn(__int_as_float(biased), 12582912.0f);
 }
 
 /* Launch the segmented GEMV (gemv_seg.cu) for nt <= MM_GEMV_MAX_TOKENS
