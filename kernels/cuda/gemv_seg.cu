@@ -1,12 +1,15 @@
 /* gemv_seg.cu - the segmented decode GEMV: y = W x for 1..8 tokens with the
- * K dimension split over blocks, one block per (row group of 32, segment of
- * CS_DOT_SEG_BLOCKS 32-value blocks).
+ * K dimension split over blocks: a work item is (row group of 32, segment of
+ * CS_DOT_SEG_BLOCKS 32-value blocks); a block keeps one segment and walks
+ * row groups, the next group's weights in flight while it finishes one.
  *
  * Why: the plain GEMV (matmul.cu) gives each 32-row group one block that
  * walks all of K, so a 4096 x 4096 matrix has 128 blocks, one per SM, each
  * streaming its rows in dependent rounds: 37% of read bandwidth on an H200.
  * Here the same matrix has 512 small blocks whose loads are all issued at
- * their start, several blocks per SM.
+ * their start, several blocks per SM; on large matrices (gate/up, the LM
+ * head) the grid is one resident wave of blocks that stream group after
+ * group.
  *
  * Numerics (kernels/numerics.h): each block sums its segment's block terms
  * in increasing order into p; p goes to a per-stream workspace; the last
@@ -26,28 +29,19 @@
 #define SEG_WARPS 8
 #define SEG_BPW (SEG / SEG_WARPS)   /* 32-value blocks per warp: 4 */
 #define SEG_THREADS (SEG_WARPS * 32)
-#define SEG_MAX_UNITS 1024           /* row groups per launch (tickets in the workspace) */
+#define SEG_BLOCKS_PER_SM 4          /* the __launch_bounds__ below */
+#define SEG_MAX_UNITS 8192           /* row groups per launch (tickets in the workspace) */
 
-template <int NT, bool XS>
-static __global__ void __launch_bounds__(SEG_THREADS, 4)
-    gemv_seg_kernel(struct mm_parts ps, int n_seg, const float *x, const int8_t *xq,
-                    const float *xd, int n_in, int nb, float *part, int *tickets)
+/* This warp's SEG_BPW weight blocks of (unit, segment starting at block b0)
+ * into registers: the loads are issued, not waited for. */
+static __device__ __forceinline__ void seg_load(const struct mm_parts &ps, int unit, int nb, int b0,
+                                                int warp, int lane, int4 (&wv0)[SEG_BPW],
+                                                int4 (&wv1)[SEG_BPW], float (&wd)[SEG_BPW])
 {
-    __shared__ float terms[SEG][NT][32];
-    __shared__ __align__(16) int8_t xs[XS ? NT * SEG * 32 : 16];
-    __shared__ float xds[XS ? NT * SEG : 1];
-    __shared__ int s_last;
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    int unit = blockIdx.x / n_seg, seg = blockIdx.x - unit * n_seg;
     int pi = mm_part_find(ps, unit);
     int g = unit - ps.p[pi].unit_begin;
     const int4 *qg = ps.p[pi].q + (size_t)g * nb * 64;
     const __half *dg = ps.p[pi].d + (size_t)g * nb * 32;
-    int b0 = seg * SEG, cn = nb - b0 < SEG ? nb - b0 : SEG;
-
-    /* this block's weights in flight first */
-    int4 wv0[SEG_BPW], wv1[SEG_BPW];
-    float wd[SEG_BPW];
 #pragma unroll
     for (int j = 0; j < SEG_BPW; j++) {
         int b = b0 + warp * SEG_BPW + j;
@@ -57,6 +51,33 @@ static __global__ void __launch_bounds__(SEG_THREADS, 4)
             wd[j] = __half2float(dg[(size_t)b * 32 + lane]);
         }
     }
+}
+
+/* Block i works on segment i % n_seg of row groups i / n_seg, i / n_seg +
+ * ustride, ... (ustride = gridDim.x / n_seg): the grid is sized to the GPU
+ * (gemv_seg_launch), so a block stays resident over several row groups and
+ * the next group's weights are in flight while this one's sums, partial
+ * write and ticket run (a block per (group, segment) left the memory pipe
+ * idle during each block's tail and start: 57% of read bandwidth on large
+ * matrices, H200). Its segment of x is quantized once. */
+template <int NT, bool XS>
+static __global__ void __launch_bounds__(SEG_THREADS, SEG_BLOCKS_PER_SM)
+    gemv_seg_kernel(struct mm_parts ps, int units, int n_seg, const float *x, const int8_t *xq,
+                    const float *xd, int n_in, int nb, float *part, int *tickets)
+{
+    __shared__ float terms[SEG][NT][32];
+    __shared__ __align__(16) int8_t xs[XS ? NT * SEG * 32 : 16];
+    __shared__ float xds[XS ? NT * SEG : 1];
+    __shared__ int s_last;
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    int ustride = gridDim.x / n_seg;
+    int seg = blockIdx.x % n_seg, unit = blockIdx.x / n_seg;
+    int b0 = seg * SEG, cn = nb - b0 < SEG ? nb - b0 : SEG;
+
+    /* the first group's weights in flight first */
+    int4 wv0[SEG_BPW], wv1[SEG_BPW];
+    float wd[SEG_BPW];
+    seg_load(ps, unit, nb, b0, warp, lane, wv0, wv1, wd);
     if (XS) {   /* quantize this segment of x (NT tokens) into shared memory */
         const int per_warp = (NT * SEG + SEG_WARPS - 1) / SEG_WARPS;
         float xv[per_warp];
@@ -79,74 +100,79 @@ static __global__ void __launch_bounds__(SEG_THREADS, 4)
         }
         __syncthreads();
     }
-#pragma unroll
-    for (int j = 0; j < SEG_BPW; j++) {
-        int k = warp * SEG_BPW + j, b = b0 + k;
-        if (k >= cn)
-            break;
-#pragma unroll
-        for (int t = 0; t < NT; t++) {
-            int4 x0, x1;
-            float dx;
-            if (XS) {
-                const int4 *xv = (const int4 *)(xs + (t * SEG + k) * 32);
-                x0 = xv[0];
-                x1 = xv[1];
-                dx = xds[t * SEG + k];
-            } else {
-                const int4 *xv = (const int4 *)(xq + (size_t)t * n_in + (size_t)b * 32);
-                x0 = __ldg(xv);
-                x1 = __ldg(xv + 1);
-                dx = __ldg(xd + (size_t)t * nb + b);
-            }
-            int isum = dot32(wv0[j], wv1[j], x0, x1, MM_DOT_BIAS);
-            terms[k][t][lane] = __fmul_rn(__fmul_rn(wd[j], dx), biased_dot_to_float(isum));
-        }
-    }
-    __syncthreads();
     int t_own = warp;   /* serial phase: token t_own, row lane */
-    float p = 0.0f;
-    if (t_own < NT) {
-        int k = 0;
-        for (; k + 8 <= cn; k += 8) {
-            float v[8];
+    for (; unit < units; unit += ustride) {
 #pragma unroll
-            for (int u = 0; u < 8; u++)
-                v[u] = terms[k + u][t_own][lane];
+        for (int j = 0; j < SEG_BPW; j++) {
+            int k = warp * SEG_BPW + j, b = b0 + k;
+            if (k >= cn)
+                break;
 #pragma unroll
-            for (int u = 0; u < 8; u++)
-                p = __fadd_rn(p, v[u]);
+            for (int t = 0; t < NT; t++) {
+                int4 x0, x1;
+                float dx;
+                if (XS) {
+                    const int4 *xv = (const int4 *)(xs + (t * SEG + k) * 32);
+                    x0 = xv[0];
+                    x1 = xv[1];
+                    dx = xds[t * SEG + k];
+                } else {
+                    const int4 *xv = (const int4 *)(xq + (size_t)t * n_in + (size_t)b * 32);
+                    x0 = __ldg(xv);
+                    x1 = __ldg(xv + 1);
+                    dx = __ldg(xd + (size_t)t * nb + b);
+                }
+                int isum = dot32(wv0[j], wv1[j], x0, x1, MM_DOT_BIAS);
+                terms[k][t][lane] = __fmul_rn(__fmul_rn(wd[j], dx), biased_dot_to_float(isum));
+            }
         }
-        for (; k < cn; k++)
-            p = __fadd_rn(p, terms[k][t_own][lane]);
+        if (unit + ustride < units)   /* the next group's weights fly during the rest */
+            seg_load(ps, unit + ustride, nb, b0, warp, lane, wv0, wv1, wd);
+        __syncthreads();
+        float p = 0.0f;
+        if (t_own < NT) {
+            int k = 0;
+            for (; k + 8 <= cn; k += 8) {
+                float v[8];
+#pragma unroll
+                for (int u = 0; u < 8; u++)
+                    v[u] = terms[k + u][t_own][lane];
+#pragma unroll
+                for (int u = 0; u < 8; u++)
+                    p = __fadd_rn(p, v[u]);
+            }
+            for (; k < cn; k++)
+                p = __fadd_rn(p, terms[k][t_own][lane]);
+        }
+        int pi = mm_part_find(ps, unit);
+        int row = (unit - ps.p[pi].unit_begin) * 32 + lane, n_out = ps.p[pi].n_out;
+        float *y = ps.p[pi].y;
+        if (n_seg == 1) {
+            if (t_own < NT && row < n_out)
+                y[(size_t)t_own * n_out + row] = __fadd_rn(0.0f, p);
+        } else {
+            if (t_own < NT) {
+                __stcg(part + (((size_t)unit * n_seg + seg) * NT + t_own) * 32 + lane, p);
+                __threadfence();   /* p visible device-wide before the ticket */
+            }
+            __syncthreads();
+            if (threadIdx.x == 0)
+                s_last = atomicAdd(tickets + unit, 1) == n_seg - 1;
+            __syncthreads();
+            if (s_last && t_own < NT) {   /* the group's last segment: add them in order */
+                __threadfence();
+                float tot = 0.0f;
+                const float *pp = part + ((size_t)unit * n_seg * NT + t_own) * 32 + lane;
+                for (int sg = 0; sg < n_seg; sg++)
+                    tot = __fadd_rn(tot, __ldcg(pp + (size_t)sg * NT * 32));
+                if (row < n_out)
+                    y[(size_t)t_own * n_out + row] = tot;
+            }
+            if (s_last && threadIdx.x == 0)
+                tickets[unit] = 0;   /* ready for the next launch */
+        }
+        __syncthreads();   /* terms and s_last are reused by the next group */
     }
-    int row = g * 32 + lane, n_out = ps.p[pi].n_out;
-    float *y = ps.p[pi].y;
-    if (n_seg == 1) {
-        if (t_own < NT && row < n_out)
-            y[(size_t)t_own * n_out + row] = __fadd_rn(0.0f, p);
-        return;
-    }
-    if (t_own < NT)
-        __stcg(part + ((size_t)blockIdx.x * NT + t_own) * 32 + lane, p);
-    __threadfence();   /* p visible device-wide before the ticket */
-    __syncthreads();
-    if (threadIdx.x == 0)
-        s_last = atomicAdd(tickets + unit, 1) == n_seg - 1;
-    __syncthreads();
-    if (!s_last)
-        return;
-    __threadfence();
-    if (t_own < NT) {
-        float tot = 0.0f;
-        const float *pp = part + ((size_t)unit * n_seg * NT + t_own) * 32 + lane;
-        for (int sg = 0; sg < n_seg; sg++)
-            tot = __fadd_rn(tot, __ldcg(pp + (size_t)sg * NT * 32));
-        if (row < n_out)
-            y[(size_t)t_own * n_out + row] = tot;
-    }
-    if (threadIdx.x == 0)
-        tickets[unit] = 0;   /* ready for the next launch */
 }
 
 /* ---- per-stream workspace: tickets [SEG_MAX_UNITS] ints, then partials ---- */
@@ -166,8 +192,8 @@ static pthread_mutex_t g_ws_mu = PTHREAD_MUTEX_INITIALIZER;
 /* The workspace of (current device, s) with >= part_floats partials; grows
  * it when needed, never while s is being captured into a graph (a decode
  * step is always run eagerly before it is recorded, so the size is known).
- * The caller sizes it for the most tokens a launch can take, so it grows only
- * with n_in (within a model's first decode step); a growth bumps the memory
+ * It grows to the largest (row groups x segments x tokens) launched, which a
+ * model reaches within its first decode step (run eagerly); a growth bumps the memory
  * generation so that recorded graphs holding the old pointer are re-recorded. */
 static cudaError_t seg_workspace(cudaStream_t s, size_t part_floats, float **part, int **tickets)
 {
@@ -230,13 +256,30 @@ extern "C" void cuda_matmul_release_stream(struct CUstream_st *stream)
 }
 
 template <int NT, bool XS>
-static cudaError_t seg_launch_nt(const struct mm_parts &ps, int units, int n_seg, const float *x,
-                                 const int8_t *xq, const float *xd, int n_in, int nb, float *part,
-                                 int *tickets, cudaStream_t s)
+static cudaError_t seg_launch_nt(const struct mm_parts &ps, int units, int n_seg, int grid,
+                                 const float *x, const int8_t *xq, const float *xd, int n_in, int nb,
+                                 float *part, int *tickets, cudaStream_t s)
 {
-    gemv_seg_kernel<NT, XS><<<units * n_seg, SEG_THREADS, 0, s>>>(ps, n_seg, x, xq, xd, n_in, nb,
-                                                                part, tickets);
+    gemv_seg_kernel<NT, XS><<<grid, SEG_THREADS, 0, s>>>(ps, units, n_seg, x, xq, xd, n_in, nb,
+                                                         part, tickets);
     return cudaGetLastError();
+}
+
+/* Streaming multiprocessors of the current device (cached per device). */
+static int seg_sm_count(void)
+{
+    static int cached[64];
+    int dev = 0;
+    cudaGetDevice(&dev);
+    if (dev < 0 || dev >= 64)
+        return 80;
+    if (!cached[dev]) {
+        int n = 0;
+        if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n <= 0)
+            n = 80;
+        cached[dev] = n;
+    }
+    return cached[dev];
 }
 
 cudaError_t gemv_seg_launch(int nt, const struct mm_parts &ps, int units, const float *x,
@@ -246,23 +289,27 @@ cudaError_t gemv_seg_launch(int nt, const struct mm_parts &ps, int units, const 
     int n_seg = (nb + SEG - 1) / SEG;
     if (units > SEG_MAX_UNITS || nt < 1 || nt > MM_GEMV_MAX_TOKENS || (xs && nt != 1))
         return cudaErrorInvalidValue;
+    /* blocks per segment: at most one resident wave, the groups spread evenly */
+    int per_seg = seg_sm_count() * SEG_BLOCKS_PER_SM / n_seg;
+    per_seg = per_seg < 1 ? 1 : per_seg;
+    int rounds = (units + per_seg - 1) / per_seg;
+    int grid = (units + rounds - 1) / rounds * n_seg;
     float *part = NULL;
     int *tickets = NULL;
-    cudaError_t e = seg_workspace(s, (size_t)SEG_MAX_UNITS * n_seg * MM_GEMV_MAX_TOKENS * 32, &part,
-                                  &tickets);
+    cudaError_t e = seg_workspace(s, (size_t)units * n_seg * nt * 32, &part, &tickets);
     if (e != cudaSuccess)
         return e;
     if (xs)
-        return seg_launch_nt<1, true>(ps, units, n_seg, x, xq, xd, n_in, nb, part, tickets, s);
+        return seg_launch_nt<1, true>(ps, units, n_seg, grid, x, xq, xd, n_in, nb, part, tickets, s);
     switch (nt) {
-    case 1: return seg_launch_nt<1, false>(ps, units, n_seg, x, xq, xd, n_in, nb, part, tickets, s);
-    case 2: return seg_launch_nt<2, false>(ps, units, n_seg, x, xq, xd, n_in, nb, part, tickets, s);
-    case 3: return seg_launch_nt<3, false>(ps, units, n_seg, x, xq, xd, n_in, nb, part, tickets, s);
-    case 4: return seg_launch_nt<4, false>(ps, units, n_seg, x, xq, xd, n_in, nb, part, tickets, s);
-    case 5: return seg_launch_nt<5, false>(ps, units, n_seg, x, xq, xd, n_in, nb, part, tickets, s);
-    case 6: return seg_launch_nt<6, false>(ps, units, n_seg, x, xq, xd, n_in, nb, part, tickets, s);
-    case 7: return seg_launch_nt<7, false>(ps, units, n_seg, x, xq, xd, n_in, nb, part, tickets, s);
-    default: return seg_launch_nt<8, false>(ps, units, n_seg, x, xq, xd, n_in, nb, part, tickets, s);
+    case 1: return seg_launch_nt<1, false>(ps, units, n_seg, grid, x, xq, xd, n_in, nb, part, tickets, s);
+    case 2: return seg_launch_nt<2, false>(ps, units, n_seg, grid, x, xq, xd, n_in, nb, part, tickets, s);
+    case 3: return seg_launch_nt<3, false>(ps, units, n_seg, grid, x, xq, xd, n_in, nb, part, tickets, s);
+    case 4: return seg_launch_nt<4, false>(ps, units, n_seg, grid, x, xq, xd, n_in, nb, part, tickets, s);
+    case 5: return seg_launch_nt<5, false>(ps, units, n_seg, grid, x, xq, xd, n_in, nb, part, tickets, s);
+    case 6: return seg_launch_nt<6, false>(ps, units, n_seg, grid, x, xq, xd, n_in, nb, part, tickets, s);
+    case 7: return seg_launch_nt<7, false>(ps, units, n_seg, grid, x, xq, xd, n_in, nb, part, tickets, s);
+    default: return seg_launch_nt<8, false>(ps, units, n_seg, grid, x, xq, xd, n_in, nb, part, tickets, s);
     }
 }
 

@@ -481,10 +481,11 @@ static int matmul_q8(int n, float *const *ys, const struct cs_weight *const *ws,
     int all_groups = 0;
     for (int i = 0; i < n; i++)
         all_groups += (int)((ws[i]->n_out + 31) / 32);
-    /* the segmented GEMV for one token when the row groups alone cannot
-     * fill the GPU (gemv_seg.cu); the plain one for long matrices (the LM
-     * head) and for 2-8 tokens, where it measured faster (H200: 27B
-     * ffn_down at 4 tokens 46 vs 48 us, gate_up 65 vs 68 us) */
+    /* the segmented GEMV (gemv_seg.cu) for one token, up to its ticket
+     * limit (8,192 row groups: the LM head of a 248K vocabulary fits); the
+     * plain one for 2-8 tokens, where it measured faster (H200: 27B
+     * ffn_down at 4 tokens 46 vs 48 us, gate_up 65 vs 68 us, before the
+     * segmented one kept its blocks resident) */
     bool seg = !gemm && (kernel == CUDA_MM_GEMV_SEG ||
                          (kernel == CUDA_MM_AUTO && all_groups <= gemv_seg_max_units() &&
                           nb > CS_DOT_SEG_BLOCKS));

@@ -220,6 +220,12 @@ static void test_matmul_q8_small_shapes(void)
     check_q8(1056, 300, 1, 1, CUDA_MM_GEMV_SEG);  /* 33 blocks: a 1-block last segment */
     check_q8(1056, 300, 5, 1, CUDA_MM_GEMV);
     check_q8(96, 48, 3, 1, CUDA_MM_GEMV_SEG);     /* one segment: written directly */
+    /* more row groups than one resident wave of blocks: each block walks
+     * several groups (gemv_seg.cu), also with one segment and with 8 tokens */
+    check_q8(4096, 24576, 1, 3, CUDA_MM_GEMV_SEG);  /* 9B gate+up, 6 groups per block */
+    check_q8(1024, 40000, 1, 5, CUDA_MM_GEMV_SEG);  /* n_seg = 1, 1,250 groups */
+    check_q8(4096, 24576, 8, 9, CUDA_MM_GEMV_SEG);
+    check_q8(4096, 40000, 1, 11, CUDA_MM_AUTO);     /* an LM head: auto picks the segmented one */
 }
 
 static void test_matmul_q8_9b_shapes(void)
