@@ -28,8 +28,9 @@
 #define SEG CS_DOT_SEG_BLOCKS
 #define SEG_WARPS 8
 #define SEG_BPW (SEG / SEG_WARPS)   /* 32-value blocks per warp: 4 */
-#define SEG_THREADS (SEG_WARPS * 32)
-#define SEG_BLOCKS_PER_SM 4          /* the __launch_bounds__ below */
+#define SEG_THREADS (SEG_WARPS * 32 + 32)   /* loader warps and the tail warp */
+#define SEG_BLOCKS_PER_SM 3          /* the __launch_bounds__ below (4 spilled at 56 registers) */
+#define SEG_MAX_NT 4                 /* tokens per launch (shared memory) */
 #define SEG_MAX_UNITS 8192           /* row groups per launch (tickets in the workspace) */
 
 /* This warp's SEG_BPW weight blocks of (unit, segment starting at block b0)
@@ -55,21 +56,25 @@ static __device__ __forceinline__ void seg_load(const struct mm_parts &ps, int u
 
 /* Block i works on segment i % n_seg of row groups i / n_seg, i / n_seg +
  * ustride, ... (ustride = gridDim.x / n_seg): the grid is sized to the GPU
- * (gemv_seg_launch), so a block stays resident over several row groups and
- * the next group's weights are in flight while this one's sums, partial
- * write and ticket run (a block per (group, segment) left the memory pipe
- * idle during each block's tail and start: 57% of read bandwidth on large
- * matrices, H200). Its segment of x is quantized once. */
+ * (gemv_seg_launch), so a block stays resident over several row groups.
+ * Its SEG_WARPS loader warps compute a group's block terms into shared
+ * memory and at once fetch the next group's weights; one more warp, the
+ * tail warp, adds the terms, writes the partial and takes the ticket. The
+ * split matters: the fence before the ticket waits for the issuing
+ * thread's outstanding loads too, so a warp that both prefetched and
+ * fenced stalled the block once a group (57-61% of read bandwidth on large
+ * matrices, H200). Terms are double-buffered, so there is one barrier per
+ * group. The segment of x is quantized once per block. */
 template <int NT, bool XS>
 static __global__ void __launch_bounds__(SEG_THREADS, SEG_BLOCKS_PER_SM)
     gemv_seg_kernel(struct mm_parts ps, int units, int n_seg, const float *x, const int8_t *xq,
                     const float *xd, int n_in, int nb, float *part, int *tickets)
 {
-    __shared__ float terms[SEG][NT][32];
+    __shared__ float terms[2][SEG][NT][32];
     __shared__ __align__(16) int8_t xs[XS ? NT * SEG * 32 : 16];
     __shared__ float xds[XS ? NT * SEG : 1];
-    __shared__ int s_last;
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    bool tail = warp == SEG_WARPS;
     int ustride = gridDim.x / n_seg;
     int seg = blockIdx.x % n_seg, unit = blockIdx.x / n_seg;
     int b0 = seg * SEG, cn = nb - b0 < SEG ? nb - b0 : SEG;
@@ -77,8 +82,9 @@ static __global__ void __launch_bounds__(SEG_THREADS, SEG_BLOCKS_PER_SM)
     /* the first group's weights in flight first */
     int4 wv0[SEG_BPW], wv1[SEG_BPW];
     float wd[SEG_BPW];
-    seg_load(ps, unit, nb, b0, warp, lane, wv0, wv1, wd);
-    if (XS) {   /* quantize this segment of x (NT tokens) into shared memory */
+    if (!tail)
+        seg_load(ps, unit, nb, b0, warp, lane, wv0, wv1, wd);
+    if (XS && !tail) {   /* quantize this segment of x (NT tokens) into shared memory */
         const int per_warp = (NT * SEG + SEG_WARPS - 1) / SEG_WARPS;
         float xv[per_warp];
 #pragma unroll
@@ -98,80 +104,85 @@ static __global__ void __launch_bounds__(SEG_THREADS, SEG_BLOCKS_PER_SM)
                     xds[t * SEG + k] = d;
             }
         }
-        __syncthreads();
     }
-    int t_own = warp;   /* serial phase: token t_own, row lane */
-    for (; unit < units; unit += ustride) {
-#pragma unroll
-        for (int j = 0; j < SEG_BPW; j++) {
-            int k = warp * SEG_BPW + j, b = b0 + k;
-            if (k >= cn)
-                break;
-#pragma unroll
-            for (int t = 0; t < NT; t++) {
-                int4 x0, x1;
-                float dx;
-                if (XS) {
-                    const int4 *xv = (const int4 *)(xs + (t * SEG + k) * 32);
-                    x0 = xv[0];
-                    x1 = xv[1];
-                    dx = xds[t * SEG + k];
-                } else {
-                    const int4 *xv = (const int4 *)(xq + (size_t)t * n_in + (size_t)b * 32);
-                    x0 = __ldg(xv);
-                    x1 = __ldg(xv + 1);
-                    dx = __ldg(xd + (size_t)t * nb + b);
-                }
-                int isum = dot32(wv0[j], wv1[j], x0, x1, MM_DOT_BIAS);
-                terms[k][t][lane] = __fmul_rn(__fmul_rn(wd[j], dx), biased_dot_to_float(isum));
-            }
-        }
-        if (unit + ustride < units)   /* the next group's weights fly during the rest */
-            seg_load(ps, unit + ustride, nb, b0, warp, lane, wv0, wv1, wd);
+    if (XS)
         __syncthreads();
-        float p = 0.0f;
-        if (t_own < NT) {
+    for (int it = 0; unit < units; unit += ustride, it ^= 1) {
+        if (!tail) {
+#pragma unroll
+            for (int j = 0; j < SEG_BPW; j++) {
+                int k = warp * SEG_BPW + j, b = b0 + k;
+                if (k >= cn)
+                    break;
+#pragma unroll
+                for (int t = 0; t < NT; t++) {
+                    int4 x0, x1;
+                    float dx;
+                    if (XS) {
+                        const int4 *xv = (const int4 *)(xs + (t * SEG + k) * 32);
+                        x0 = xv[0];
+                        x1 = xv[1];
+                        dx = xds[t * SEG + k];
+                    } else {
+                        const int4 *xv = (const int4 *)(xq + (size_t)t * n_in + (size_t)b * 32);
+                        x0 = __ldg(xv);
+                        x1 = __ldg(xv + 1);
+                        dx = __ldg(xd + (size_t)t * nb + b);
+                    }
+                    int isum = dot32(wv0[j], wv1[j], x0, x1, MM_DOT_BIAS);
+                    terms[it][k][t][lane] = __fmul_rn(__fmul_rn(wd[j], dx), biased_dot_to_float(isum));
+                }
+            }
+            if (unit + ustride < units)   /* the next group's weights fly from here */
+                seg_load(ps, unit + ustride, nb, b0, warp, lane, wv0, wv1, wd);
+        }
+        /* terms[it] complete; the tail warp is done with terms[it ^ 1] */
+        __syncthreads();
+        if (!tail)
+            continue;
+        int pi = mm_part_find(ps, unit);
+        int row = (unit - ps.p[pi].unit_begin) * 32 + lane, n_out = ps.p[pi].n_out;
+        float *y = ps.p[pi].y;
+        for (int t = 0; t < NT; t++) {   /* lane = row */
+            float p = 0.0f;
             int k = 0;
             for (; k + 8 <= cn; k += 8) {
                 float v[8];
 #pragma unroll
                 for (int u = 0; u < 8; u++)
-                    v[u] = terms[k + u][t_own][lane];
+                    v[u] = terms[it][k + u][t][lane];
 #pragma unroll
                 for (int u = 0; u < 8; u++)
                     p = __fadd_rn(p, v[u]);
             }
             for (; k < cn; k++)
-                p = __fadd_rn(p, terms[k][t_own][lane]);
-        }
-        int pi = mm_part_find(ps, unit);
-        int row = (unit - ps.p[pi].unit_begin) * 32 + lane, n_out = ps.p[pi].n_out;
-        float *y = ps.p[pi].y;
-        if (n_seg == 1) {
-            if (t_own < NT && row < n_out)
-                y[(size_t)t_own * n_out + row] = __fadd_rn(0.0f, p);
-        } else {
-            if (t_own < NT) {
-                __stcg(part + (((size_t)unit * n_seg + seg) * NT + t_own) * 32 + lane, p);
-                __threadfence();   /* p visible device-wide before the ticket */
-            }
-            __syncthreads();
-            if (threadIdx.x == 0)
-                s_last = atomicAdd(tickets + unit, 1) == n_seg - 1;
-            __syncthreads();
-            if (s_last && t_own < NT) {   /* the group's last segment: add them in order */
-                __threadfence();
-                float tot = 0.0f;
-                const float *pp = part + ((size_t)unit * n_seg * NT + t_own) * 32 + lane;
-                for (int sg = 0; sg < n_seg; sg++)
-                    tot = __fadd_rn(tot, __ldcg(pp + (size_t)sg * NT * 32));
+                p = __fadd_rn(p, terms[it][k][t][lane]);
+            if (n_seg == 1) {
                 if (row < n_out)
-                    y[(size_t)t_own * n_out + row] = tot;
+                    y[(size_t)t * n_out + row] = __fadd_rn(0.0f, p);
+            } else {
+                __stcg(part + (((size_t)unit * n_seg + seg) * NT + t) * 32 + lane, p);
             }
-            if (s_last && threadIdx.x == 0)
-                tickets[unit] = 0;   /* ready for the next launch */
         }
-        __syncthreads();   /* terms and s_last are reused by the next group */
+        if (n_seg == 1)
+            continue;
+        __threadfence();   /* the partials visible device-wide before the ticket */
+        int last = 0;
+        if (lane == 0)
+            last = atomicAdd(tickets + unit, 1) == n_seg - 1;
+        if (!__shfl_sync(0xffffffffu, last, 0))
+            continue;
+        __threadfence();   /* the group's last segment: add them in order */
+        for (int t = 0; t < NT; t++) {
+            float tot = 0.0f;
+            const float *pp = part + ((size_t)unit * n_seg * NT + t) * 32 + lane;
+            for (int sg = 0; sg < n_seg; sg++)
+                tot = __fadd_rn(tot, __ldcg(pp + (size_t)sg * NT * 32));
+            if (row < n_out)
+                y[(size_t)t * n_out + row] = tot;
+        }
+        if (lane == 0)
+            tickets[unit] = 0;   /* ready for the next launch */
     }
 }
 
@@ -289,6 +300,17 @@ cudaError_t gemv_seg_launch(int nt, const struct mm_parts &ps, int units, const 
     int n_seg = (nb + SEG - 1) / SEG;
     if (units > SEG_MAX_UNITS || nt < 1 || nt > MM_GEMV_MAX_TOKENS || (xs && nt != 1))
         return cudaErrorInvalidValue;
+    if (nt > SEG_MAX_NT) {   /* double-buffered terms of 8 tokens exceed 48 KB: two launches */
+        struct mm_parts rest = ps;
+        for (int i = 0; i < ps.n; i++)
+            rest.p[i].y = ps.p[i].y + (size_t)SEG_MAX_NT * ps.p[i].n_out;
+        cudaError_t e = gemv_seg_launch(SEG_MAX_NT, ps, units, x, xq, xd, n_in, nb, false, s);
+        if (e != cudaSuccess)
+            return e;
+        return gemv_seg_launch(nt - SEG_MAX_NT, rest, units, x + (size_t)SEG_MAX_NT * n_in,
+                               xq + (size_t)SEG_MAX_NT * n_in, xd + (size_t)SEG_MAX_NT * nb, n_in,
+                               nb, false, s);
+    }
     /* blocks per segment: at most one resident wave, the groups spread evenly */
     int per_seg = seg_sm_count() * SEG_BLOCKS_PER_SM / n_seg;
     per_seg = per_seg < 1 ? 1 : per_seg;
@@ -305,11 +327,7 @@ cudaError_t gemv_seg_launch(int nt, const struct mm_parts &ps, int units, const 
     case 1: return seg_launch_nt<1, false>(ps, units, n_seg, grid, x, xq, xd, n_in, nb, part, tickets, s);
     case 2: return seg_launch_nt<2, false>(ps, units, n_seg, grid, x, xq, xd, n_in, nb, part, tickets, s);
     case 3: return seg_launch_nt<3, false>(ps, units, n_seg, grid, x, xq, xd, n_in, nb, part, tickets, s);
-    case 4: return seg_launch_nt<4, false>(ps, units, n_seg, grid, x, xq, xd, n_in, nb, part, tickets, s);
-    case 5: return seg_launch_nt<5, false>(ps, units, n_seg, grid, x, xq, xd, n_in, nb, part, tickets, s);
-    case 6: return seg_launch_nt<6, false>(ps, units, n_seg, grid, x, xq, xd, n_in, nb, part, tickets, s);
-    case 7: return seg_launch_nt<7, false>(ps, units, n_seg, grid, x, xq, xd, n_in, nb, part, tickets, s);
-    default: return seg_launch_nt<8, false>(ps, units, n_seg, grid, x, xq, xd, n_in, nb, part, tickets, s);
+    default: return seg_launch_nt<4, false>(ps, units, n_seg, grid, x, xq, xd, n_in, nb, part, tickets, s);
     }
 }
 
