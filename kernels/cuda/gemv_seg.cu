@@ -59,12 +59,13 @@ static __device__ __forceinline__ void seg_load(const struct mm_parts &ps, int u
  * (gemv_seg_launch), so a block stays resident over several row groups.
  * Its SEG_WARPS loader warps compute a group's block terms into shared
  * memory and at once fetch the next group's weights; one more warp, the
- * tail warp, adds the terms, writes the partial and takes the ticket. The
- * split matters: the fence before the ticket waits for the issuing
- * thread's outstanding loads too, so a warp that both prefetched and
- * fenced stalled the block once a group (57-61% of read bandwidth on large
- * matrices, H200). Terms are double-buffered, so there is one barrier per
- * group. The segment of x is quantized once per block. */
+ * tail warp, adds the terms and writes the group's partial meanwhile
+ * (terms double-buffered: one barrier per group). Tickets are taken once
+ * per block after its last group, and the groups it completed are added
+ * up then. Each step was measured on an H200 (docs/PERF.md): a block per
+ * (group, segment), 57-61% of read bandwidth on large matrices; resident
+ * blocks with a per-group fence and ticket, little better. The segment of
+ * x is quantized once per block. */
 template <int NT, bool XS>
 static __global__ void __launch_bounds__(SEG_THREADS, SEG_BLOCKS_PER_SM)
     gemv_seg_kernel(struct mm_parts ps, int units, int n_seg, const float *x, const int8_t *xq,
@@ -164,25 +165,46 @@ static __global__ void __launch_bounds__(SEG_THREADS, SEG_BLOCKS_PER_SM)
                 __stcg(part + (((size_t)unit * n_seg + seg) * NT + t) * 32 + lane, p);
             }
         }
-        if (n_seg == 1)
-            continue;
-        __threadfence();   /* the partials visible device-wide before the ticket */
-        int last = 0;
-        if (lane == 0)
-            last = atomicAdd(tickets + unit, 1) == n_seg - 1;
-        if (!__shfl_sync(0xffffffffu, last, 0))
-            continue;
-        __threadfence();   /* the group's last segment: add them in order */
-        for (int t = 0; t < NT; t++) {
-            float tot = 0.0f;
-            const float *pp = part + ((size_t)unit * n_seg * NT + t) * 32 + lane;
-            for (int sg = 0; sg < n_seg; sg++)
-                tot = __fadd_rn(tot, __ldcg(pp + (size_t)sg * NT * 32));
-            if (row < n_out)
-                y[(size_t)t * n_out + row] = tot;
+    }
+    if (n_seg == 1)
+        return;
+    /* Tickets, once for all of this block's groups (a fence and an atomic
+     * round trip per group kept the tail warp busier than the loads took):
+     * in chunks of 32 groups, lane i of the tail warp takes the ticket of
+     * the chunk's group i; the groups this block completed last are added
+     * up in segment order by all warps, one group per warp. */
+    __shared__ int s_done[32], s_n_done;
+    int unit0 = blockIdx.x / n_seg, n_mine = (units - unit0 + ustride - 1) / ustride;
+    if (tail)
+        __threadfence();   /* this block's partials visible device-wide before its tickets */
+    for (int c0 = 0; c0 < n_mine; c0 += 32) {
+        if (tail) {
+            int u = unit0 + (c0 + lane) * ustride;
+            bool last = c0 + lane < n_mine && atomicAdd(tickets + u, 1) == n_seg - 1;
+            unsigned m = __ballot_sync(0xffffffffu, last);
+            if (last)
+                s_done[__popc(m & ((1u << lane) - 1))] = u;
+            if (lane == 0)
+                s_n_done = __popc(m);
         }
-        if (lane == 0)
-            tickets[unit] = 0;   /* ready for the next launch */
+        __syncthreads();
+        for (int i = warp; i < s_n_done; i += SEG_WARPS + 1) {
+            int u = s_done[i];
+            __threadfence();   /* the other blocks' partials of u, seen through their tickets */
+            int pi = mm_part_find(ps, u);
+            int row = (u - ps.p[pi].unit_begin) * 32 + lane, n_out = ps.p[pi].n_out;
+            for (int t = 0; t < NT; t++) {
+                float tot = 0.0f;
+                const float *pp = part + ((size_t)u * n_seg * NT + t) * 32 + lane;
+                for (int sg = 0; sg < n_seg; sg++)
+                    tot = __fadd_rn(tot, __ldcg(pp + (size_t)sg * NT * 32));
+                if (row < n_out)
+                    ps.p[pi].y[(size_t)t * n_out + row] = tot;
+            }
+            if (lane == 0)
+                tickets[u] = 0;   /* ready for the next launch */
+        }
+        __syncthreads();   /* s_done is reused */
     }
 }
 
