@@ -4,7 +4,8 @@
  * per (token, channel) computes its output from its 4 columns (new tokens or
  * the stored state), then one thread per (sequence, channel) writes the new
  * state, the last 3 columns, in a second launch (the first reads the old
- * state). Fully parallel over tokens, so prefill chunks cost one pass. */
+ * state). Fully parallel over tokens, so prefill chunks cost one pass. A
+ * decode step (one token per sequence) does both in one launch. */
 #include "cuda_util.cuh"
 #include "ops_cuda.cuh"
 
@@ -66,6 +67,36 @@ static __global__ void k_conv1d_state(const float *x, float *conv_state, int n_s
         st[(size_t)j * conv_dim] = col[take + j];
 }
 
+/* A decode step (every sequence one token, token s of sequence s): output
+ * and new state in one launch, one thread per (sequence, channel), which
+ * is the only reader and writer of its state column. Same arithmetic as
+ * k_conv1d_out and k_conv1d_state, so the same bits. */
+static __global__ void k_conv1d_step(float *y, const float *x, const float *w, float *conv_state,
+                                     int n_slots, int conv_dim, const int32_t *slot)
+{
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    int t = blockIdx.y;
+    if (c >= conv_dim)
+        return;
+    int sl = slot[t];
+    if (sl < 0 || sl >= n_slots)
+        return;
+    float *st = conv_state + (size_t)sl * (CONV_K - 1) * conv_dim + c;
+    float col[CONV_K];
+#pragma unroll
+    for (int j = 0; j < CONV_K - 1; j++)
+        col[j] = st[(size_t)j * conv_dim];
+    col[CONV_K - 1] = x[(size_t)t * conv_dim + c];
+    float acc = 0.0f;
+#pragma unroll
+    for (int j = 0; j < CONV_K; j++)
+        acc += w[c * CONV_K + j] * col[j];
+    y[(size_t)t * conv_dim + c] = silu_f(acc);
+#pragma unroll
+    for (int j = 0; j < CONV_K - 1; j++)
+        st[(size_t)j * conv_dim] = col[j + 1];
+}
+
 int cuda_op_conv1d_silu(struct cs_backend *be, float *y, const float *x, const float *w,
                         struct cs_gdn_layer *st, const struct cs_batch *b)
 {
@@ -84,6 +115,13 @@ int cuda_op_conv1d_silu(struct cs_backend *be, float *y, const float *x, const f
         return CS_EINVAL;
     }
     const struct cuda_batch *cb = &c->batch;
+    if (b->n_tokens == b->n_seqs && cb->n_dec == b->n_seqs) {   /* decode: token s is sequence s's */
+        dim3 grid(cs_div_up(st->conv_dim, CONV_THREADS), b->n_seqs);
+        k_conv1d_step<<<grid, CONV_THREADS, 0, c->stream>>>(y, x, w, st->conv, st->n_slots,
+                                                            st->conv_dim, cb->slot);
+        CS_CUDA_LAUNCHED("conv1d_silu step");
+        return CS_OK;
+    }
     dim3 grid_t(cs_div_up(st->conv_dim, CONV_THREADS), b->n_tokens);
     k_conv1d_out<<<grid_t, CONV_THREADS, 0, c->stream>>>(y, x, w, st->conv, st->n_slots,
                                                          st->conv_dim, cb->seq_of, cb->seq_start,
