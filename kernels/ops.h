@@ -182,6 +182,13 @@ struct cs_backend {
                        const float *w, int n_tokens, int dim, float eps);
     /* out = silu(g) * u over n values; out may equal g. */
     int (*silu_mul)(struct cs_backend *be, float *out, const float *g, const float *u, size_t n);
+    /* Optional (NULL: the model runs silu_mul, then matmul): y = W (silu(g)
+     * * u) for n_tokens tokens of W's n_in values, the FFN down projection.
+     * g is scratch (it may hold silu(g) * u afterwards). Bitwise equal to
+     * silu_mul then matmul on the same backend; a backend fuses the product
+     * into the matmul where it can (CUDA: one decode token). */
+    int (*matmul_swiglu)(struct cs_backend *be, float *y, const struct cs_weight *w, float *g,
+                         const float *u, int n_tokens);
 
     /* Attention layer. Per token t and head h the head vector is at
      * x + t * token_stride + h * head_stride (in floats). Applies

@@ -135,9 +135,14 @@ static int layer_forward(struct cs_model *m, struct cs_state *st, int l, const s
     const struct cs_weight *ws[2] = {&w->ffn_gate, &w->ffn_up};
     const struct cs_weight *wd[1] = {&w->ffn_down};
     float *out[1] = {st->tmp};
-    if ((rc = be->matmul(be, 2, ys, ws, st->normed, T)) ||
-        (rc = be->silu_mul(be, st->ffn_gate, st->ffn_gate, st->ffn_up, (size_t)T * hp->n_ff[l])) ||
-        (rc = be->matmul(be, 1, out, wd, st->ffn_gate, T)))
+    if ((rc = be->matmul(be, 2, ys, ws, st->normed, T)))
+        return rc;
+    if (be->matmul_swiglu)
+        rc = be->matmul_swiglu(be, st->tmp, &w->ffn_down, st->ffn_gate, st->ffn_up, T);
+    else if (!(rc = be->silu_mul(be, st->ffn_gate, st->ffn_gate, st->ffn_up,
+                                 (size_t)T * hp->n_ff[l])))
+        rc = be->matmul(be, 1, out, wd, st->ffn_gate, T);
+    if (rc)
         return rc;
     if (next_w && next_out)
         return be->add_rmsnorm(be, st->hidden, st->tmp, next_out, next_w, T, E, hp->eps);

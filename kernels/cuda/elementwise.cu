@@ -50,13 +50,19 @@ int cuda_op_add(struct cs_backend *be, float *x, const float *y, size_t n)
     return CS_OK;
 }
 
-int cuda_op_silu_mul(struct cs_backend *be, float *out, const float *g, const float *u, size_t n)
+extern "C" int cuda_silu_mul(float *out, const float *g, const float *u, size_t n,
+                             struct CUstream_st *stream)
 {
     if (n == 0)
         return CS_OK;
-    k_silu_mul<<<ew_blocks(n), EW_THREADS, 0, cuda_ctx_of(be)->stream>>>(out, g, u, n);
+    k_silu_mul<<<ew_blocks(n), EW_THREADS, 0, stream>>>(out, g, u, n);
     CS_CUDA_LAUNCHED("silu_mul");
     return CS_OK;
+}
+
+int cuda_op_silu_mul(struct cs_backend *be, float *out, const float *g, const float *u, size_t n)
+{
+    return cuda_silu_mul(out, g, u, n, cuda_ctx_of(be)->stream);
 }
 
 int cuda_op_sigmoid_gate(struct cs_backend *be, float *out, const float *gate,

@@ -68,8 +68,8 @@ static __device__ __forceinline__ void seg_load(const struct mm_parts &ps, int u
  * x is quantized once per block. */
 template <int NT, bool XS>
 static __global__ void __launch_bounds__(SEG_THREADS, SEG_BLOCKS_PER_SM)
-    gemv_seg_kernel(struct mm_parts ps, int units, int n_seg, const float *x, const int8_t *xq,
-                    const float *xd, int n_in, int nb, float *part, int *tickets)
+    gemv_seg_kernel(struct mm_parts ps, int units, int n_seg, const float *x, const float *xu,
+                    const int8_t *xq, const float *xd, int n_in, int nb, float *part, int *tickets)
 {
     __shared__ float terms[2][SEG][NT][32];
     __shared__ __align__(16) int8_t xs[XS ? NT * SEG * 32 : 16];
@@ -87,19 +87,21 @@ static __global__ void __launch_bounds__(SEG_THREADS, SEG_BLOCKS_PER_SM)
         seg_load(ps, unit, nb, b0, warp, lane, wv0, wv1, wd);
     if (XS && !tail) {   /* quantize this segment of x (NT tokens) into shared memory */
         const int per_warp = (NT * SEG + SEG_WARPS - 1) / SEG_WARPS;
-        float xv[per_warp];
+        float xv[per_warp], uv[per_warp];
 #pragma unroll
         for (int u = 0; u < per_warp; u++) {
             int i = warp + u * SEG_WARPS, t = i / SEG, k = i - t * SEG;
-            xv[u] = (t < NT && k < cn) ? __ldg(x + (size_t)t * n_in + (size_t)(b0 + k) * 32 + lane)
-                                       : 0.0f;
+            size_t off = (size_t)t * n_in + (size_t)(b0 + k) * 32 + lane;
+            bool in = t < NT && k < cn;
+            xv[u] = in ? __ldg(x + off) : 0.0f;
+            uv[u] = in && xu ? __ldg(xu + off) : 0.0f;
         }
 #pragma unroll
         for (int u = 0; u < per_warp; u++) {
             int i = warp + u * SEG_WARPS, t = i / SEG, k = i - t * SEG;
             if (t < NT && k < cn) {
-                float d;
-                int q = cuda_q8_1_quantize_lane(xv[u], &d);
+                float d, v = xu ? silu_f(xv[u]) * uv[u] : xv[u];   /* k_silu_mul's expression */
+                int q = cuda_q8_1_quantize_lane(v, &d);
                 xs[(t * SEG + k) * 32 + lane] = (int8_t)q;
                 if (lane == 0)
                     xds[t * SEG + k] = d;
@@ -290,10 +292,10 @@ extern "C" void cuda_matmul_release_stream(struct CUstream_st *stream)
 
 template <int NT, bool XS>
 static cudaError_t seg_launch_nt(const struct mm_parts &ps, int units, int n_seg, int grid,
-                                 const float *x, const int8_t *xq, const float *xd, int n_in, int nb,
-                                 float *part, int *tickets, cudaStream_t s)
+                                 const float *x, const float *xu, const int8_t *xq, const float *xd,
+                                 int n_in, int nb, float *part, int *tickets, cudaStream_t s)
 {
-    gemv_seg_kernel<NT, XS><<<grid, SEG_THREADS, 0, s>>>(ps, units, n_seg, x, xq, xd, n_in, nb,
+    gemv_seg_kernel<NT, XS><<<grid, SEG_THREADS, 0, s>>>(ps, units, n_seg, x, xu, xq, xd, n_in, nb,
                                                          part, tickets);
     return cudaGetLastError();
 }
@@ -317,10 +319,11 @@ static int seg_sm_count(void)
 
 cudaError_t gemv_seg_launch(int nt, const struct mm_parts &ps, int units, const float *x,
                             const int8_t *xq, const float *xd, int n_in, int nb, bool xs,
-                            cudaStream_t s)
+                            cudaStream_t s, const float *xu)
 {
     int n_seg = (nb + SEG - 1) / SEG;
-    if (units > SEG_MAX_UNITS || nt < 1 || nt > MM_GEMV_MAX_TOKENS || (xs && nt != 1))
+    if (units > SEG_MAX_UNITS || nt < 1 || nt > MM_GEMV_MAX_TOKENS || (xs && nt != 1) ||
+        (xu && !xs))
         return cudaErrorInvalidValue;
     if (nt > SEG_MAX_NT) {   /* double-buffered terms of 8 tokens exceed 48 KB: two launches */
         struct mm_parts rest = ps;
@@ -344,12 +347,13 @@ cudaError_t gemv_seg_launch(int nt, const struct mm_parts &ps, int units, const 
     if (e != cudaSuccess)
         return e;
     if (xs)
-        return seg_launch_nt<1, true>(ps, units, n_seg, grid, x, xq, xd, n_in, nb, part, tickets, s);
+        return seg_launch_nt<1, true>(ps, units, n_seg, grid, x, xu, xq, xd, n_in, nb, part, tickets,
+                                      s);
     switch (nt) {
-    case 1: return seg_launch_nt<1, false>(ps, units, n_seg, grid, x, xq, xd, n_in, nb, part, tickets, s);
-    case 2: return seg_launch_nt<2, false>(ps, units, n_seg, grid, x, xq, xd, n_in, nb, part, tickets, s);
-    case 3: return seg_launch_nt<3, false>(ps, units, n_seg, grid, x, xq, xd, n_in, nb, part, tickets, s);
-    default: return seg_launch_nt<4, false>(ps, units, n_seg, grid, x, xq, xd, n_in, nb, part, tickets, s);
+    case 1: return seg_launch_nt<1, false>(ps, units, n_seg, grid, x, NULL, xq, xd, n_in, nb, part, tickets, s);
+    case 2: return seg_launch_nt<2, false>(ps, units, n_seg, grid, x, NULL, xq, xd, n_in, nb, part, tickets, s);
+    case 3: return seg_launch_nt<3, false>(ps, units, n_seg, grid, x, NULL, xq, xd, n_in, nb, part, tickets, s);
+    default: return seg_launch_nt<4, false>(ps, units, n_seg, grid, x, NULL, xq, xd, n_in, nb, part, tickets, s);
     }
 }
 

@@ -613,6 +613,35 @@ extern "C" int cuda_matmul_with(int n, float *const *ys, const struct cs_weight 
     return rc;
 }
 
+extern "C" int cuda_matmul_swiglu_1(float *y, const struct cs_weight *w, const float *g,
+                                    const float *u, struct CUstream_st *stream)
+{
+    if (!y || !w || !w->data || !g || !u)
+        return CS_EINVAL;
+    const struct mm_arch_tiles *tiles = mm_arch_tiles_for(device_cc());
+    int n_in = (int)w->n_in, nb = n_in / 32, groups = (int)((w->n_out + 31) / 32), warps;
+    /* exactly the cases where matmul_q8 would run the segmented GEMV with x
+     * quantized in shared memory for this one token */
+    if (w->type != CS_DTYPE_Q8_0 || groups > gemv_seg_max_units() || nb <= CS_DOT_SEG_BLOCKS ||
+        tiles->gemv_max_tokens < 1 || !gemv_plan(tiles, 1, n_in, &warps))
+        return CS_EUNSUPPORTED;
+    struct mm_parts ps;
+    ps.n = 1;
+    ps.p[0].q = (const int4 *)w->data;
+    ps.p[0].d = (const __half *)w->aux;
+    ps.p[0].y = y;
+    ps.p[0].n_out = (int)w->n_out;
+    ps.p[0].unit_begin = 0;
+    cudaError_t e = gemv_seg_launch(1, ps, groups, g, NULL, NULL, n_in, nb, true, stream, u);
+    if (e == cudaErrorNotReady)
+        return CS_EUNSUPPORTED;   /* no workspace now (capturing): the caller's two launches */
+    if (e != cudaSuccess) {
+        LOG_ERROR("matmul", "gemv_seg (swiglu) launch failed: %s", cudaGetErrorString(e));
+        return CS_ECUDA;
+    }
+    return CS_OK;
+}
+
 extern "C" int cuda_matmul(int n, float *const *ys, const struct cs_weight *const *ws, const float *x,
                            int n_tokens, void *scratch, size_t scratch_bytes, struct CUstream_st *stream)
 {

@@ -103,6 +103,18 @@ enum cuda_mm_kernel { CUDA_MM_AUTO = 0, CUDA_MM_GEMV = 1, CUDA_MM_GEMM = 2, CUDA
  * destroying the stream; a later call on it allocates again). */
 void cuda_matmul_release_stream(struct CUstream_st *stream);
 
+/* y = w (silu(g) * u) for one token, fused: the segmented GEMV computes
+ * silu(g) * u while it quantizes x (kernels/ops.h matmul_swiglu). Bitwise
+ * equal to cuda_silu_mul then cuda_matmul. Returns CS_EUNSUPPORTED, having
+ * launched nothing, when that kernel does not apply (not Q8_0, K of one
+ * segment, too many rows, or its workspace cannot grow while capturing):
+ * the caller then runs the two. */
+int cuda_matmul_swiglu_1(float *y, const struct cs_weight *w, const float *g, const float *u,
+                         struct CUstream_st *stream);
+
+/* out = silu(g) * u over n values (out may equal g), on stream. */
+int cuda_silu_mul(float *out, const float *g, const float *u, size_t n, struct CUstream_st *stream);
+
 /* cuda_matmul with the Q8_0 kernel forced (tests: GEMV == GEMM bitwise). */
 int cuda_matmul_with(int n, float *const *ys, const struct cs_weight *const *ws, const float *x,
                      int n_tokens, void *scratch, size_t scratch_bytes, struct CUstream_st *stream,

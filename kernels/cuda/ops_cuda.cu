@@ -229,6 +229,25 @@ static int cu_matmul(struct cs_backend *be, int n, float *const *ys,
     return cuda_matmul(n, ys, ws, x, n_tokens, c->mm_scratch, c->mm_scratch_cap, c->stream);
 }
 
+static int cu_matmul_swiglu(struct cs_backend *be, float *y, const struct cs_weight *w, float *g,
+                            const float *u, int n_tokens)
+{
+    struct cuda_ctx *c = cuda_ctx_of(be);
+    if (n_tokens <= 0)
+        return CS_OK;
+    if (n_tokens == 1) {
+        int rc = cuda_matmul_swiglu_1(y, w, g, u, c->stream);
+        if (rc != CS_EUNSUPPORTED)
+            return rc;
+    }
+    int rc = cuda_silu_mul(g, g, u, (size_t)n_tokens * (size_t)w->n_in, c->stream);
+    if (rc != CS_OK)
+        return rc;
+    float *ys[1] = {y};
+    const struct cs_weight *ws[1] = {w};
+    return cu_matmul(be, 1, ys, ws, g, n_tokens);
+}
+
 /* ---- step_begin: the batch and the attention work lists, one upload ---- */
 
 struct stage_layout {
@@ -593,6 +612,7 @@ static void table_fill(struct cs_backend *be)
     be->add = cuda_op_add;
     be->add_rmsnorm = cuda_op_add_rmsnorm;
     be->silu_mul = cuda_op_silu_mul;
+    be->matmul_swiglu = cu_matmul_swiglu;
     be->head_norm_rope = cuda_op_head_norm_rope;
     be->kv_store = cuda_op_kv_store;
     be->attention = cuda_op_attention;

@@ -397,6 +397,55 @@ static void test_matmul_rejects_bad_input(void)
     CHECK(wt.data == NULL);
 }
 
+/* The FFN down projection with silu(g) * u fused into the GEMV's prologue
+ * equals silu_mul then the matmul, bitwise; where the fused kernel does not
+ * apply (K of one segment) it says so and writes nothing. */
+static void check_swiglu(int64_t n_in, int64_t n_out, bool fused)
+{
+    uint8_t *w = make_q8_0(n_in, n_out);
+    float *g = make_x(n_in, 0), *u = make_x(n_in, 1);
+    struct cs_weight wt;
+    CHECK_EQ_INT(cuda_weight_upload(&wt, CS_DTYPE_Q8_0, n_in, n_out, w, NULL), CS_OK);
+    float *dg = (float *)dev_alloc(n_in * sizeof(float)), *du = (float *)dev_alloc(n_in * sizeof(float));
+    CK(cudaMemcpy(dg, g, n_in * sizeof(float), cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(du, u, n_in * sizeof(float), cudaMemcpyHostToDevice));
+    float *dy = dev_poisoned(n_out), *dref = dev_poisoned(n_out);
+    int rc = cuda_matmul_swiglu_1(dy, &wt, dg, du, NULL);
+    CHECK_EQ_INT(rc, fused ? CS_OK : CS_EUNSUPPORTED);
+    /* the reference: silu_mul into g, then the matmul */
+    size_t sb = cuda_matmul_scratch_bytes(n_in, 1);
+    void *scr = dev_alloc(sb);
+    CHECK_EQ_INT(cuda_silu_mul(dg, dg, du, (size_t)n_in, NULL), CS_OK);
+    const struct cs_weight *ws[1] = {&wt};
+    float *ys[1] = {dref};
+    CHECK_EQ_INT(cuda_matmul(1, ys, ws, dg, 1, scr, sb, NULL), CS_OK);
+    CK(cudaDeviceSynchronize());
+    float *got = download(dy, n_out), *ref = download(dref, n_out);
+    if (fused) {
+        int same = memcmp(got, ref, n_out * sizeof(float)) == 0;
+        if (!same)
+            fprintf(stderr, "  swiglu fused != silu_mul + matmul: n_in=%lld n_out=%lld\n",
+                    (long long)n_in, (long long)n_out);
+        CHECK(same);
+    } else {
+        int untouched = 0;
+        for (int64_t i = 0; i < n_out; i++)
+            untouched += isnan(got[i]);
+        CHECK_EQ_INT(untouched, (int)n_out);
+    }
+    cuda_weight_free(&wt);
+    free(w), free(g), free(u), free(got), free(ref);
+    cudaFree(dg), cudaFree(du), cudaFree(dy), cudaFree(dref), cudaFree(scr);
+}
+
+static void test_matmul_swiglu_fused(void)
+{
+    check_swiglu(12288, 4096, true);    /* 9B ffn_down */
+    check_swiglu(17408, 5120, true);    /* 27B ffn_down */
+    check_swiglu(3584, 1024, true);     /* 0.8B ffn_down: a short last segment */
+    check_swiglu(1024, 256, false);     /* one segment: not fused */
+}
+
 int main(void)
 {
     int n_dev = 0;
@@ -412,5 +461,6 @@ int main(void)
     RUN(test_matmul_float_weights);
     RUN(test_matmul_q8_9b_shapes);
     RUN(test_matmul_q8_27b_shapes);
+    RUN(test_matmul_swiglu_fused);
     return test_report();
 }
