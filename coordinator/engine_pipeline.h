@@ -27,11 +27,13 @@ int engine_pipeline_create(struct engine **out, struct uv_loop_s *loop, const st
 
 /* One generation through the pipeline on a private loop (`cmpserve
  * generate --workers N`): prompt, max_tokens, sampling and stop ids as in
- * struct engine_request; on_token for each token (return false to stop).
+ * struct engine_request; on_submit (may be NULL) once every stage has
+ * loaded, just before the request is submitted (so that timings exclude
+ * the model load); on_token for each token (return false to stop).
  * Returns CS_OK or the failure with err set. */
 int engine_pipeline_generate(const struct cs_config *cfg, const int32_t *prompt, int n_prompt,
                              int max_tokens, const struct cs_sample_params *sp,
-                             const int32_t *stop_ids, int n_stop,
+                             const int32_t *stop_ids, int n_stop, void (*on_submit)(void *user),
                              bool (*on_token)(void *user, const struct cs_sample_result *tok),
                              void *user, struct cs_error *err);
 

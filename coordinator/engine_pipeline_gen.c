@@ -35,7 +35,7 @@ static void gen_on_done(void *user, enum engine_finish finish, int status, const
 
 int engine_pipeline_generate(const struct cs_config *cfg, const int32_t *prompt, int n_prompt,
                              int max_tokens, const struct cs_sample_params *sp,
-                             const int32_t *stop_ids, int n_stop,
+                             const int32_t *stop_ids, int n_stop, void (*on_submit)(void *user),
                              bool (*on_token)(void *user, const struct cs_sample_result *tok),
                              void *user, struct cs_error *err)
 {
@@ -50,6 +50,8 @@ int engine_pipeline_generate(const struct cs_config *cfg, const int32_t *prompt,
                                    .max_tokens = max_tokens, .stop_ids = stop_ids,
                                    .n_stop_ids = n_stop, .sample = *sp,
                                    .on_token = gen_on_token, .on_done = gen_on_done, .user = &g};
+        if (on_submit)
+            on_submit(user);   /* every stage has loaded (engine_pipeline_create waits) */
         rc = engine_submit(eng, &r, NULL, err);
         while (rc == CS_OK && !g.done)
             uv_run(&loop, UV_RUN_ONCE);

@@ -277,6 +277,12 @@ static bool gen_pipe_token(void *user, const struct cs_sample_result *tok)
     return gen_emit(g, tok->token, &err) == CS_OK;
 }
 
+static void gen_pipe_submitted(void *user)
+{
+    struct gen_run *g = user;
+    g->t_decode = cli_now_s();   /* start time until the first token: the load is not prefill */
+}
+
 static void gen_pipe_config(const struct gen_run *g, struct cs_config *cfg)
 {
     const struct gen_opts *o = g->o;
@@ -315,9 +321,9 @@ static int gen_run_pipeline(struct gen_run *g, struct cs_error *err)
         return CS_OK;
     struct cs_config cfg;
     gen_pipe_config(g, &cfg);
-    g->t_decode = cli_now_s();   /* start time until the first token */
+    g->t_decode = cli_now_s();   /* reset by gen_pipe_submitted once the stages have loaded */
     rc = engine_pipeline_generate(&cfg, g->ctx, g->n_prompt, g->o->n_predict, &g->o->sp, g->stop,
-                                  (int)g->n_stop, gen_pipe_token, g, err);
+                                  (int)g->n_stop, gen_pipe_submitted, gen_pipe_token, g, err);
     /* decode: first to last token, like the in-process loop (the workers'
      * shutdown after the last token is not decode time) */
     g->t_decode = g->n_gen > 0 ? g->t_last - g->t_decode - g->t_prefill : 0;
