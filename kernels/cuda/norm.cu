@@ -8,24 +8,11 @@
 
 #define NORM_THREADS 1024
 #define NORM_NPT 8   /* values per thread held in registers: dim <= 8192 */
-#define GATED_NPL 8  /* gated_rmsnorm: values per lane in registers, head_dim <= 256 */
-
-/* This thread's weights w[threadIdx.x + e * NORM_THREADS], loaded with the
- * row so that their latency is not paid after the reduction. */
-static __device__ __forceinline__ void rms_w_regs(float (&wv)[NORM_NPT], const float *w, int dim)
-{
-#pragma unroll
-    for (int e = 0; e < NORM_NPT; e++) {
-        int i = threadIdx.x + e * NORM_THREADS;
-        wv[e] = i < dim ? w[i] : 0.0f;
-    }
-}
 
 /* The part of an RMSNorm row after the loads, shared by k_rmsnorm and
  * k_add_rmsnorm so both run the same arithmetic: v holds x[threadIdx.x +
- * e * NORM_THREADS] (0 past dim), wv the weights (rms_w_regs); yr[i] =
- * v * scale * w[i]. */
-static __device__ __forceinline__ void rms_row_regs(float *yr, const float *v, const float *wv,
+ * e * NORM_THREADS] (0 past dim); yr[i] = v * scale * w[i]. */
+static __device__ __forceinline__ void rms_row_regs(float *yr, const float *v, const float *w,
                                                     int dim, float eps, float *scratch)
 {
     float ss = 0.0f;
@@ -38,7 +25,7 @@ static __device__ __forceinline__ void rms_row_regs(float *yr, const float *v, c
     for (int e = 0; e < NORM_NPT; e++) {
         int i = threadIdx.x + e * NORM_THREADS;
         if (i < dim)
-            yr[i] = v[e] * scale * wv[e];
+            yr[i] = v[e] * scale * w[i];
     }
 }
 
@@ -51,14 +38,13 @@ static __global__ void __launch_bounds__(NORM_THREADS) k_rmsnorm(float *out, con
 {
     __shared__ float scratch[32];
     const float *xr = x + (size_t)blockIdx.x * dim;
-    float v[NORM_NPT], wv[NORM_NPT];
+    float v[NORM_NPT];
 #pragma unroll
     for (int e = 0; e < NORM_NPT; e++) {
         int i = threadIdx.x + e * NORM_THREADS;
         v[e] = i < dim ? xr[i] : 0.0f;
     }
-    rms_w_regs(wv, w, dim);
-    rms_row_regs(out + (size_t)blockIdx.x * dim, v, wv, dim, eps, scratch);
+    rms_row_regs(out + (size_t)blockIdx.x * dim, v, w, dim, eps, scratch);
 }
 
 /* k_rmsnorm with x[t] += y[t] first (written back): each value is the one
@@ -69,20 +55,19 @@ static __global__ void __launch_bounds__(NORM_THREADS)
     __shared__ float scratch[32];
     float *xr = x + (size_t)blockIdx.x * dim;
     const float *yr = y + (size_t)blockIdx.x * dim;
-    float v[NORM_NPT], wv[NORM_NPT];
+    float v[NORM_NPT];
 #pragma unroll
     for (int e = 0; e < NORM_NPT; e++) {
         int i = threadIdx.x + e * NORM_THREADS;
         v[e] = i < dim ? xr[i] + yr[i] : 0.0f;
     }
-    rms_w_regs(wv, w, dim);
 #pragma unroll
     for (int e = 0; e < NORM_NPT; e++) {
         int i = threadIdx.x + e * NORM_THREADS;
         if (i < dim)
             xr[i] = v[e];
     }
-    rms_row_regs(out + (size_t)blockIdx.x * dim, v, wv, dim, eps, scratch);
+    rms_row_regs(out + (size_t)blockIdx.x * dim, v, w, dim, eps, scratch);
 }
 
 /* Rows longer than NORM_THREADS * NORM_NPT. With y (add_rmsnorm), x += y
@@ -133,29 +118,6 @@ static __global__ void k_gated_rmsnorm(float *x, const float *z, const float *w,
         return;
     float *xr = x + (size_t)row * head_dim;
     const float *zr = z + (size_t)row * head_dim;
-    if (head_dim <= 32 * GATED_NPL) {   /* x, z and w loaded together, then the same arithmetic */
-        float xv[GATED_NPL], zv[GATED_NPL], wv[GATED_NPL];
-#pragma unroll
-        for (int k = 0; k < GATED_NPL; k++) {
-            int i = lane + 32 * k;
-            bool in = i < head_dim;
-            xv[k] = in ? xr[i] : 0.0f;
-            zv[k] = in ? zr[i] : 0.0f;
-            wv[k] = in ? w[i] : 0.0f;
-        }
-        float ss = 0.0f;
-#pragma unroll
-        for (int k = 0; k < GATED_NPL; k++)
-            if (lane + 32 * k < head_dim)
-                ss += xv[k] * xv[k];
-        ss = warp_sum(ss);
-        float scale = 1.0f / sqrtf(ss / (float)head_dim + eps);
-#pragma unroll
-        for (int k = 0; k < GATED_NPL; k++)
-            if (lane + 32 * k < head_dim)
-                xr[lane + 32 * k] = xv[k] * scale * wv[k] * silu_f(zv[k]);
-        return;
-    }
     float ss = 0.0f;
     for (int i = lane; i < head_dim; i += 32)
         ss += xr[i] * xr[i];
