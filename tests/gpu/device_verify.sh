@@ -1,5 +1,5 @@
 #!/bin/sh
-# device_verify.sh - after a kernel change, in one device call (~6 min on an
+# device_verify.sh - after a kernel change, in one device call (~7 min on an
 # H200): correctness first, then every figure docs/PERF.md quotes.
 #   1. tests/gpu/run.sh (kernel tests against the CPU, CUDA graphs);
 #   2. the same tokens from the in-process engine and 1, 2, 3 worker
@@ -75,7 +75,7 @@ timeout 240 python3 tests/reference/check_reference.py --cmpserve "$BIN/cmpserve
 grep -E "^f32|^q8_0|RESULT" "$LOG/reference.txt" >>"$S"
 
 step "bench 9B"
-timeout 240 "$BIN/cmpserve" bench --model $M/9b.gguf --device 0 --prompt-lens 2048,8192 --gen 64 \
+timeout 240 "$BIN/cmpserve" bench --model $M/9b.gguf --device 0 --prompt-lens 2048,8192,32768 --gen 64 \
     --depths 0,4096,32768 >"$LOG/bench9b.txt" 2>&1
 grep -iE "probe|model|prefill|decode" "$LOG/bench9b.txt" >>"$S"
 step "bench --kernels"
