@@ -6,10 +6,10 @@
  * Why: the plain GEMV (matmul.cu) gives each 32-row group one block that
  * walks all of K, so a 4096 x 4096 matrix has 128 blocks, one per SM, each
  * streaming its rows in dependent rounds: 37% of read bandwidth on an H200.
- * Here the same matrix has 512 small blocks whose loads are all issued at
- * their start, several blocks per SM; on large matrices (gate/up, the LM
- * head) the grid is one resident wave of blocks that stream group after
- * group.
+ * Here the same matrix is 512 (group, segment) items spread over a wave of
+ * small blocks, several per SM (256 blocks of 2 items on an H200); on large
+ * matrices (gate/up, the LM head) each block of the wave streams many
+ * groups.
  *
  * Numerics (kernels/numerics.h): each block sums its segment's block terms
  * in increasing order into p; p goes to a per-stream workspace; the last
