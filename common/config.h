@@ -43,6 +43,7 @@ enum cs_config_kind { CS_CFG_STR, CS_CFG_INT, CS_CFG_FLOAT, CS_CFG_BOOL };
     X(INT, threads, 0, "CPU backend threads per worker (0: all cores)")                        \
     X(FLOAT, mem_fraction, 0.92, "fraction of free device memory a worker may use")            \
     X(BOOL, cuda_graphs, true, "record decode steps as CUDA graphs and replay them (off: launch every kernel)") \
+    X(BOOL, cuda_pdl, true, "sm_90+: launch each kernel as a programmatic dependent of the previous one (off: plain launches)") \
     X(INT, queue_size, 64, "requests waiting for a slot before 429")                           \
     X(INT, max_body_bytes, 8388608, "largest accepted request body")                           \
     X(INT, header_timeout_ms, 10000, "time allowed to receive request headers and body")       \

@@ -361,6 +361,8 @@ static int el_model_load(struct el_engine *e, const struct cs_config *cfg, struc
         return rc;
     if (e->be->graph_enable)   /* cuda_graphs: decode steps as recorded graphs */
         e->be->graph_enable(e->be, cfg->cuda_graphs);
+    if (e->be->pdl_enable)     /* cuda_pdl: programmatic dependent launches */
+        e->be->pdl_enable(e->be, cfg->cuda_pdl);
     e->m = calloc(1, sizeof *e->m);
     if (!e->m)
         return cs_error_set(err, CS_ENOMEM, "out of memory");

@@ -258,6 +258,10 @@ struct cs_backend {
     int (*graph_end)(struct cs_backend *be, bool ops_ok);
     /* Turn recording/replay on or off (on by default where supported). */
     void (*graph_enable)(struct cs_backend *be, bool on);
+    /* Optional (NULL: not supported): let a kernel start while the previous
+     * one finishes, where the device can (CUDA sm_90+: programmatic dependent
+     * launch, kernels/cuda/launch.cuh). On by default; the same results. */
+    void (*pdl_enable)(struct cs_backend *be, bool on);
     /* Counters since creation (tests, benches); fills what it knows. */
     void (*graph_stats)(struct cs_backend *be, struct cs_graph_stats *out);
 

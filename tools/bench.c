@@ -4,7 +4,7 @@
  *   cmpserve bench --kernels [--json] [--device N]
  *   cmpserve bench --model FILE [--prompt-lens 512,2048,8192,32768] [--gen 128]
  *                  [--depths 0,4096,32768] [--chunk 2048] [--json] [--device N]
- *                  [--no-cuda-graphs] [--kv-type f16|f32]
+ *                  [--no-cuda-graphs] [--no-cuda-pdl] [--kv-type f16|f32]
  *
  * Both modes first run the probes (kernels/cuda/probe.h: read bandwidth, DP4A,
  * FP32 FMA, HFMA2). --kernels then times the matrix kernels (kernels/cuda/
@@ -33,6 +33,7 @@
 #ifdef CS_HAVE_CUDA
 #include <cuda_runtime_api.h>
 
+#include "../kernels/cuda/launch.h"
 #include "../kernels/cuda/matmul.h"
 #include "../kernels/cuda/probe.h"
 #endif
@@ -52,6 +53,7 @@ struct bench_opts {
     int device;
     bool json;
     bool no_cuda_graphs;   /* decode steps eager (compare with the default: graphs on) */
+    bool no_cuda_pdl;      /* plain launches (compare with the default: PDL on sm_90+) */
     const char *kv_type;   /* "f16" (default: what serve runs on a GPU) or "f32" */
 };
 
@@ -61,7 +63,8 @@ static void bench_usage(FILE *out)
             "usage: cmpserve bench --kernels [--json] [--device N]\n"
             "       cmpserve bench --model FILE [--prompt-lens 512,2048,8192,32768] [--gen 128]\n"
             "                      [--depths 0,4096,32768] [--chunk 2048] [--json] [--device N]\n"
-            "                      [--cuda-graphs | --no-cuda-graphs] [--kv-type f16|f32]\n");
+            "                      [--cuda-graphs | --no-cuda-graphs] [--cuda-pdl | --no-cuda-pdl]\n"
+            "                      [--kv-type f16|f32]\n");
 }
 
 static int parse_list(const char *s, int *out, int *n)
@@ -100,6 +103,10 @@ static int bench_parse(struct bench_opts *o, int argc, char **argv)
             o->no_cuda_graphs = false;
         else if (!strcmp(a, "--no-cuda-graphs") || !strcmp(a, "--cuda-graphs=false"))
             o->no_cuda_graphs = true;
+        else if (!strcmp(a, "--cuda-pdl") || !strcmp(a, "--cuda-pdl=true"))
+            o->no_cuda_pdl = false;
+        else if (!strcmp(a, "--no-cuda-pdl") || !strcmp(a, "--cuda-pdl=false"))
+            o->no_cuda_pdl = true;
         else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             bench_usage(stdout);
             return -1;
@@ -309,6 +316,7 @@ struct ksum {
 
 static int bench_kernels(const struct bench_opts *o, const struct cuda_probe *p)
 {
+    cuda_pdl_set_enabled(!o->no_cuda_pdl);
     int64_t max_in = 0, max_out_tok = 0;
     for (int c = 0; c < N_KCASES; c++) {
         int64_t outs = 0;
@@ -477,6 +485,7 @@ static int bench_model(const struct bench_opts *o, const struct cuda_probe *p)
     snprintf(dev, sizeof dev, "%d", o->device);
     struct cli_session_options so = {.model_path = o->model, .device = dev, .max_tokens = o->chunk,
                                      .max_ctx = max_ctx + 1, .no_cuda_graphs = o->no_cuda_graphs,
+                                     .no_cuda_pdl = o->no_cuda_pdl,
                                      .kv_type = o->kv_type};
     struct cli_session s;
     struct cs_error err = {0};

@@ -235,6 +235,8 @@ int cli_session_open(struct cli_session *s, const struct cli_session_options *o,
     }
     if (o->no_cuda_graphs && s->be->graph_enable)
         s->be->graph_enable(s->be, false);
+    if (o->no_cuda_pdl && s->be->pdl_enable)
+        s->be->pdl_enable(s->be, false);
     s->m = calloc(1, sizeof *s->m);
     if (!s->m) {
         rc = cs_error_set(err, CS_ENOMEM, "out of memory");

@@ -74,6 +74,7 @@ struct cli_session_options {
     int n_threads;           /* CPU backend threads, 0: all cores */
     bool int8_matmul;        /* CPU backend: Q8_0 x Q8_1 integer dots */
     bool no_cuda_graphs;     /* decode steps eager, never recorded (graph_enable off) */
+    bool no_cuda_pdl;        /* plain kernel launches (pdl_enable off) */
     bool need_tokenizer;
     int max_tokens;          /* largest batch of one forward call */
     int max_ctx;             /* positions the one sequence may reach */

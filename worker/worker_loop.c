@@ -282,6 +282,8 @@ static int load_slice(struct worker *w, const struct msg_load *l, struct cs_erro
         return rc;
     if (w->be->graph_enable)   /* cuda_graphs, from the coordinator's configuration */
         w->be->graph_enable(w->be, w->cfg.cuda_graphs);
+    if (w->be->pdl_enable)     /* cuda_pdl, likewise */
+        w->be->pdl_enable(w->be, w->cfg.cuda_pdl);
     w->stage = l->stage;
     w->n_stages = l->n_stages;
     w->spin_ms = transport_spin_ms(w->cfg.pipeline_spin_ms, w->n_stages + 1);

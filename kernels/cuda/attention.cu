@@ -24,6 +24,7 @@
 
 #include "../../common/gguf.h"
 #include "cuda_util.cuh"
+#include "launch.cuh"
 #include "ops_cuda.cuh"
 
 #define ATT_WARPS 4
@@ -222,6 +223,7 @@ template <typename T, int D, int RPW>
 static __global__ void __launch_bounds__(ATT_WARPS * 32)
     k_attn_prefill(float *out, struct att_args a, const int2 *qtiles)
 {
+    cuda_pdl_enter();   /* launch.cuh: before any read or write */
     __shared__ __align__(16) T tile[ATT_TK * D];
     int2 qt = qtiles[blockIdx.x];
     int h = blockIdx.y;
@@ -255,6 +257,7 @@ static __global__ void __launch_bounds__(ATT_WARPS * 32)
     k_attn_decode(float *part_acc, float2 *part_ml, struct att_args a, const int32_t *dec,
                   int max_splits)
 {
+    cuda_pdl_enter();   /* launch.cuh: before any read or write */
     __shared__ __align__(16) T tile[ATT_TK * D];
     int s = blockIdx.x, h = blockIdx.y, di = blockIdx.z;
     int t = dec[di];
@@ -287,6 +290,7 @@ static __global__ void k_attn_combine(float *out, const float *part_acc, const f
                                       const int32_t *dec, const int32_t *pos, int n_heads, int D,
                                       int max_splits)
 {
+    cuda_pdl_enter();   /* launch.cuh: before any read or write */
     int qh = blockIdx.x, di = blockIdx.y;
     int t = dec[di];
     int n_s = cs_attn_n_splits(pos[t]);
@@ -319,21 +323,18 @@ static int attn_launch_rpw(struct cuda_ctx *c, float *out, const struct att_args
     const struct cuda_batch *cb = &c->batch;
     if (!decode) {
         dim3 grid(cb->n_qtiles, a.n_kv);
-        k_attn_prefill<T, D, RPW><<<grid, ATT_WARPS * 32, 0, c->stream>>>(out, a, cb->qtiles);
-        CS_CUDA_LAUNCHED("attention prefill");
+        CS_CUDA_CHECK(cuda_launch(k_attn_prefill<T, D, RPW>, grid, ATT_WARPS * 32, 0, c->stream,
+                                  out, a, cb->qtiles));
         return CS_OK;
     }
     size_t rows = (size_t)n_dec * a.n_heads * max_splits;
     float *acc = c->attn_part;
     float2 *ml = (float2 *)(acc + rows * D);
     dim3 grid(max_splits, a.n_kv, n_dec);
-    k_attn_decode<T, D, RPW><<<grid, ATT_WARPS * 32, 0, c->stream>>>(acc, ml, a,
-                                                                    cb->dec_tokens + dec0,
-                                                                    max_splits);
-    CS_CUDA_LAUNCHED("attention decode");
-    k_attn_combine<<<dim3(a.n_heads, n_dec), D, 0, c->stream>>>(
-        out, acc, ml, cb->dec_tokens + dec0, a.pos, a.n_heads, D, max_splits);
-    CS_CUDA_LAUNCHED("attention combine");
+    CS_CUDA_CHECK(cuda_launch(k_attn_decode<T, D, RPW>, grid, ATT_WARPS * 32, 0, c->stream, acc, ml,
+                              a, cb->dec_tokens + dec0, max_splits));
+    CS_CUDA_CHECK(cuda_launch(k_attn_combine, dim3(a.n_heads, n_dec), D, 0, c->stream, out, acc, ml,
+                              cb->dec_tokens + dec0, a.pos, a.n_heads, D, max_splits));
     return CS_OK;
 }
 

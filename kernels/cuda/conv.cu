@@ -7,6 +7,7 @@
  * state). Fully parallel over tokens, so prefill chunks cost one pass. A
  * decode step (one token per sequence) does both in one launch. */
 #include "cuda_util.cuh"
+#include "launch.cuh"
 #include "ops_cuda.cuh"
 
 #define CONV_K 4
@@ -19,6 +20,7 @@ static __global__ void k_conv1d_out(float *y, const float *x, const float *w,
                                    const int32_t *seq_of, const int32_t *seq_start,
                                    const int32_t *slot)
 {
+    cuda_pdl_enter();   /* launch.cuh: before any read or write */
     int c = blockIdx.x * blockDim.x + threadIdx.x;
     int t = blockIdx.y;
     if (c >= conv_dim)
@@ -44,6 +46,7 @@ static __global__ void k_conv1d_out(float *y, const float *x, const float *w,
 static __global__ void k_conv1d_state(const float *x, float *conv_state, int n_slots,
                                       int conv_dim, const int32_t *seq_start, const int32_t *slot)
 {
+    cuda_pdl_enter();   /* launch.cuh: before any read or write */
     int c = blockIdx.x * blockDim.x + threadIdx.x;
     int s = blockIdx.y;
     if (c >= conv_dim)
@@ -74,6 +77,7 @@ static __global__ void k_conv1d_state(const float *x, float *conv_state, int n_s
 static __global__ void k_conv1d_step(float *y, const float *x, const float *w, float *conv_state,
                                      int n_slots, int conv_dim, const int32_t *slot)
 {
+    cuda_pdl_enter();   /* launch.cuh: before any read or write */
     int c = blockIdx.x * blockDim.x + threadIdx.x;
     int t = blockIdx.y;
     if (c >= conv_dim)
@@ -117,19 +121,15 @@ int cuda_op_conv1d_silu(struct cs_backend *be, float *y, const float *x, const f
     const struct cuda_batch *cb = &c->batch;
     if (b->n_tokens == b->n_seqs && cb->n_dec == b->n_seqs) {   /* decode: token s is sequence s's */
         dim3 grid(cs_div_up(st->conv_dim, CONV_THREADS), b->n_seqs);
-        k_conv1d_step<<<grid, CONV_THREADS, 0, c->stream>>>(y, x, w, st->conv, st->n_slots,
-                                                            st->conv_dim, cb->slot);
-        CS_CUDA_LAUNCHED("conv1d_silu step");
+        CS_CUDA_CHECK(cuda_launch(k_conv1d_step, grid, CONV_THREADS, 0, c->stream, y, x, w,
+                                  st->conv, st->n_slots, st->conv_dim, cb->slot));
         return CS_OK;
     }
     dim3 grid_t(cs_div_up(st->conv_dim, CONV_THREADS), b->n_tokens);
-    k_conv1d_out<<<grid_t, CONV_THREADS, 0, c->stream>>>(y, x, w, st->conv, st->n_slots,
-                                                         st->conv_dim, cb->seq_of, cb->seq_start,
-                                                         cb->slot);
-    CS_CUDA_LAUNCHED("conv1d_silu out");
+    CS_CUDA_CHECK(cuda_launch(k_conv1d_out, grid_t, CONV_THREADS, 0, c->stream, y, x, w, st->conv,
+                              st->n_slots, st->conv_dim, cb->seq_of, cb->seq_start, cb->slot));
     dim3 grid_s(cs_div_up(st->conv_dim, CONV_THREADS), b->n_seqs);
-    k_conv1d_state<<<grid_s, CONV_THREADS, 0, c->stream>>>(x, st->conv, st->n_slots, st->conv_dim,
-                                                           cb->seq_start, cb->slot);
-    CS_CUDA_LAUNCHED("conv1d_silu");
+    CS_CUDA_CHECK(cuda_launch(k_conv1d_state, grid_s, CONV_THREADS, 0, c->stream, x, st->conv,
+                              st->n_slots, st->conv_dim, cb->seq_start, cb->slot));
     return CS_OK;
 }

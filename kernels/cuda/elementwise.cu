@@ -2,6 +2,7 @@
  * silu_mul and sigmoid_gate. One thread per value (grid-stride), so every
  * value is computed alone: trivially batch invariant. */
 #include "cuda_util.cuh"
+#include "launch.cuh"
 #include "ops_cuda.cuh"
 
 #define EW_THREADS 256
@@ -15,6 +16,7 @@ static unsigned ew_blocks(size_t n)
 
 static __global__ void k_add(float *x, const float *y, size_t n)
 {
+    cuda_pdl_enter();   /* launch.cuh: before any read or write */
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x)
         x[i] += y[i];
@@ -22,6 +24,7 @@ static __global__ void k_add(float *x, const float *y, size_t n)
 
 static __global__ void k_silu_mul(float *out, const float *g, const float *u, size_t n)
 {
+    cuda_pdl_enter();   /* launch.cuh: before any read or write */
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x)
         out[i] = silu_f(g[i]) * u[i];
@@ -31,6 +34,7 @@ static __global__ void k_silu_mul(float *out, const float *g, const float *u, si
 static __global__ void k_sigmoid_gate(float *out, const float *gate, int gts, int ghs,
                                       int n_heads, int head_dim, size_t n)
 {
+    cuda_pdl_enter();   /* launch.cuh: before any read or write */
     size_t per_token = (size_t)n_heads * head_dim;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
@@ -45,8 +49,8 @@ int cuda_op_add(struct cs_backend *be, float *x, const float *y, size_t n)
 {
     if (n == 0)
         return CS_OK;
-    k_add<<<ew_blocks(n), EW_THREADS, 0, cuda_ctx_of(be)->stream>>>(x, y, n);
-    CS_CUDA_LAUNCHED("add");
+    CS_CUDA_CHECK(cuda_launch(k_add, ew_blocks(n), EW_THREADS, 0, cuda_ctx_of(be)->stream, x, y,
+                              n));
     return CS_OK;
 }
 
@@ -55,8 +59,7 @@ extern "C" int cuda_silu_mul(float *out, const float *g, const float *u, size_t 
 {
     if (n == 0)
         return CS_OK;
-    k_silu_mul<<<ew_blocks(n), EW_THREADS, 0, stream>>>(out, g, u, n);
-    CS_CUDA_LAUNCHED("silu_mul");
+    CS_CUDA_CHECK(cuda_launch(k_silu_mul, ew_blocks(n), EW_THREADS, 0, stream, out, g, u, n));
     return CS_OK;
 }
 
@@ -72,8 +75,8 @@ int cuda_op_sigmoid_gate(struct cs_backend *be, float *out, const float *gate,
     size_t n = (size_t)n_tokens * n_heads * head_dim;
     if (n == 0)
         return CS_OK;
-    k_sigmoid_gate<<<ew_blocks(n), EW_THREADS, 0, cuda_ctx_of(be)->stream>>>(
-        out, gate, gate_token_stride, gate_head_stride, n_heads, head_dim, n);
-    CS_CUDA_LAUNCHED("sigmoid_gate");
+    CS_CUDA_CHECK(cuda_launch(k_sigmoid_gate, ew_blocks(n), EW_THREADS, 0, cuda_ctx_of(be)->stream,
+                              out, gate, gate_token_stride, gate_head_stride, n_heads, head_dim,
+                              n));
     return CS_OK;
 }

@@ -7,6 +7,7 @@
 
 #include "../../common/gguf.h"
 #include "cuda_util.cuh"
+#include "launch.cuh"
 #include "ops_cuda.cuh"
 
 #define EMBED_THREADS 256
@@ -14,6 +15,7 @@
 static __global__ void k_embed_q8_0(float *out, const int8_t *qs, const __half *scales,
                                     int64_t n_in, int64_t n_out, const int32_t *tokens)
 {
+    cuda_pdl_enter();   /* launch.cuh: before any read or write */
     int t = blockIdx.x;
     int64_t row = tokens[t];
     float *o = out + (size_t)t * n_in;
@@ -46,6 +48,7 @@ template <typename T>
 static __global__ void k_embed_plain(float *out, const T *table, int64_t n_in, int64_t n_out,
                                      const int32_t *tokens)
 {
+    cuda_pdl_enter();   /* launch.cuh: before any read or write */
     int t = blockIdx.x;
     int64_t row = tokens[t];
     float *o = out + (size_t)t * n_in;
@@ -67,22 +70,21 @@ int cuda_op_embed(struct cs_backend *be, float *out, const struct cs_weight *tab
     const int32_t *tok = c->batch.tokens;
     switch (table->type) {
     case CS_DTYPE_Q8_0:
-        k_embed_q8_0<<<n, EMBED_THREADS, 0, c->stream>>>(out, (const int8_t *)table->data,
-                                                         (const __half *)table->aux, table->n_in,
-                                                         table->n_out, tok);
+        CS_CUDA_CHECK(cuda_launch(k_embed_q8_0, n, EMBED_THREADS, 0, c->stream, out,
+                                  (const int8_t *)table->data, (const __half *)table->aux,
+                                  table->n_in, table->n_out, tok));
         break;
     case CS_DTYPE_F16:
-        k_embed_plain<__half><<<n, EMBED_THREADS, 0, c->stream>>>(
-            out, (const __half *)table->data, table->n_in, table->n_out, tok);
+        CS_CUDA_CHECK(cuda_launch(k_embed_plain<__half>, n, EMBED_THREADS, 0, c->stream, out,
+                                  (const __half *)table->data, table->n_in, table->n_out, tok));
         break;
     case CS_DTYPE_F32:
-        k_embed_plain<float><<<n, EMBED_THREADS, 0, c->stream>>>(
-            out, (const float *)table->data, table->n_in, table->n_out, tok);
+        CS_CUDA_CHECK(cuda_launch(k_embed_plain<float>, n, EMBED_THREADS, 0, c->stream, out,
+                                  (const float *)table->data, table->n_in, table->n_out, tok));
         break;
     default:
         LOG_ERROR("cuda", "embed: table type %u unsupported", table->type);
         return CS_EUNSUPPORTED;
     }
-    CS_CUDA_LAUNCHED("embed");
     return CS_OK;
 }

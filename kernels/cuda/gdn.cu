@@ -16,6 +16,7 @@
  * only registers and shared memory and pays no global-memory latency per
  * token (it was ~1 us per token when each token was fetched on its own). */
 #include "cuda_util.cuh"
+#include "launch.cuh"
 #include "ops_cuda.cuh"
 
 #define GDN_DK 128
@@ -114,6 +115,7 @@ static __device__ __forceinline__ void gdn_store(struct gdn_tok *buf, const stru
 static __global__ void __launch_bounds__(GDN_THREADS)
     k_gdn(struct gdn_args g, const int32_t *seq_start, const int32_t *slot)
 {
+    cuda_pdl_enter();   /* launch.cuh: before any read or write */
     __shared__ struct gdn_tok buf[GDN_TB];
     int cg = blockIdx.x, h = blockIdx.y, s = blockIdx.z;
     int sl = slot[s];
@@ -200,7 +202,7 @@ int cuda_op_gdn(struct cs_backend *be, float *out, const float *y, const float *
     g.n_v_heads = st->n_v_heads;
     g.conv_dim = st->conv_dim;
     dim3 grid(GDN_DV / GDN_COLS, st->n_v_heads, b->n_seqs);
-    k_gdn<<<grid, GDN_THREADS, 0, c->stream>>>(g, c->batch.seq_start, c->batch.slot);
-    CS_CUDA_LAUNCHED("gdn");
+    CS_CUDA_CHECK(cuda_launch(k_gdn, grid, GDN_THREADS, 0, c->stream, g, c->batch.seq_start,
+                              c->batch.slot));
     return CS_OK;
 }

@@ -21,6 +21,7 @@
 #include "../../common/log.h"
 #include "../numerics.h"
 #include "cuda_util.cuh"
+#include "launch.cuh"
 #include "arch_tiles.h"
 #include "matmul_int.cuh"
 #include "ops_cuda.cuh"
@@ -85,6 +86,7 @@ static __global__ void __launch_bounds__(SEG_THREADS, SEG_BLOCKS_PER_SM)
     float wd[SEG_BPW];
     if (!tail)
         seg_load(ps, unit, nb, b0, warp, lane, wv0, wv1, wd);
+    cuda_pdl_enter();   /* launch.cuh: x, the workspace and y only from here */
     if (XS && !tail) {   /* quantize this segment of x (NT tokens) into shared memory */
         const int per_warp = (NT * SEG + SEG_WARPS - 1) / SEG_WARPS;
         float xv[per_warp], uv[per_warp];
@@ -266,6 +268,7 @@ static cudaError_t seg_workspace(cudaStream_t s, size_t part_floats, float **par
             if ((e = cudaMalloc(&w->buf, cap)) == cudaSuccess &&
                 (e = cudaMemsetAsync(w->buf, 0, SEG_MAX_UNITS * sizeof(int), s)) == cudaSuccess)
                 w->cap = cap;
+            cuda_pdl_barrier();   /* the launch after the memset is plain */
         }
     }
     if (e == cudaSuccess) {
@@ -295,9 +298,8 @@ static cudaError_t seg_launch_nt(const struct mm_parts &ps, int units, int n_seg
                                  const float *x, const float *xu, const int8_t *xq, const float *xd,
                                  int n_in, int nb, float *part, int *tickets, cudaStream_t s)
 {
-    gemv_seg_kernel<NT, XS><<<grid, SEG_THREADS, 0, s>>>(ps, units, n_seg, x, xu, xq, xd, n_in, nb,
-                                                         part, tickets);
-    return cudaGetLastError();
+    return cuda_launch(gemv_seg_kernel<NT, XS>, grid, SEG_THREADS, 0, s, ps, units, n_seg, x, xu, xq,
+                       xd, n_in, nb, part, tickets);
 }
 
 /* Streaming multiprocessors of the current device (cached per device). */

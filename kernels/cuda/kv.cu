@@ -6,6 +6,7 @@
 
 #include "../../common/gguf.h"
 #include "cuda_util.cuh"
+#include "launch.cuh"
 #include "ops_cuda.cuh"
 
 template <typename T> static __device__ __forceinline__ T kv_from_float(float v);
@@ -21,6 +22,7 @@ static __global__ void k_kv_store(T *pages, int n_pages, int page_size, int row_
                                   const int32_t *pos, const int32_t *seq_of,
                                   const int32_t *page_table, int max_pages, int n_tokens)
 {
+    cuda_pdl_enter();   /* launch.cuh: before any read or write */
     int t = blockIdx.y;
     if (t >= n_tokens)
         return;
@@ -57,17 +59,16 @@ int cuda_op_kv_store(struct cs_backend *be, struct cs_kv_layer *kv, const float 
     dim3 grid(cs_div_up(row, 256), b->n_tokens);
     const struct cuda_batch *cb = &c->batch;
     if (kv->kv_type == CS_DTYPE_F16)
-        k_kv_store<__half><<<grid, 256, 0, c->stream>>>(
-            (__half *)kv->pages, kv->n_pages, kv->page_size, row, k, k_stride, v, v_stride,
-            cb->pos, cb->seq_of, cb->page_table, cb->max_pages, b->n_tokens);
+        CS_CUDA_CHECK(cuda_launch(k_kv_store<__half>, grid, 256, 0, c->stream, (__half *)kv->pages,
+                                  kv->n_pages, kv->page_size, row, k, k_stride, v, v_stride,
+                                  cb->pos, cb->seq_of, cb->page_table, cb->max_pages, b->n_tokens));
     else if (kv->kv_type == CS_DTYPE_F32)
-        k_kv_store<float><<<grid, 256, 0, c->stream>>>(
-            (float *)kv->pages, kv->n_pages, kv->page_size, row, k, k_stride, v, v_stride,
-            cb->pos, cb->seq_of, cb->page_table, cb->max_pages, b->n_tokens);
+        CS_CUDA_CHECK(cuda_launch(k_kv_store<float>, grid, 256, 0, c->stream, (float *)kv->pages,
+                                  kv->n_pages, kv->page_size, row, k, k_stride, v, v_stride,
+                                  cb->pos, cb->seq_of, cb->page_table, cb->max_pages, b->n_tokens));
     else {
         LOG_ERROR("cuda", "kv_store: KV type %u unsupported", kv->kv_type);
         return CS_EUNSUPPORTED;
     }
-    CS_CUDA_LAUNCHED("kv_store");
     return CS_OK;
 }

@@ -26,6 +26,7 @@
 #include "../../common/gguf.h"
 #include "arch_tiles.h"
 #include "cuda_util.cuh"
+#include "launch.cuh"
 #include "matmul.h"
 #include "matmul_int.cuh"
 #include "../numerics.h"
@@ -68,6 +69,7 @@ static __global__ void __launch_bounds__(NT <= 2 ? 512 : 256, NT <= 2 ? MM_GEMV_
             wd[j] = __half2float(dg[(size_t)b * 32 + lane]);
         }
     }
+    cuda_pdl_enter();   /* launch.cuh: x (or xq/xd) is the previous kernel's output */
     if (XS) {
         int8_t *xs = (int8_t *)(terms + 2 * C * NT * 32);
         float *xds = (float *)(xs + (size_t)NT * n_in);
@@ -278,6 +280,7 @@ static __global__ void __launch_bounds__(MM_GEMM_THREADS, MM_GEMM_MIN_BLOCKS) ge
                                                                         int nb, int n_tokens)
 {
     __shared__ struct gemm_smem sm;
+    cuda_pdl_enter();   /* launch.cuh: before any read or write */
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     int pi = mm_part_find(ps, blockIdx.x);
     int tile = blockIdx.x - ps.p[pi].unit_begin;
@@ -368,6 +371,7 @@ template <typename T>
 static __global__ void gemv_f_kernel(float *y, const T *w, const float *x, int n_in, int n_out,
                                      int n_tokens)
 {
+    cuda_pdl_enter();   /* launch.cuh: before any read or write */
     int row = blockIdx.x * 8 + (threadIdx.x >> 5), lane = threadIdx.x & 31;
     if (row >= n_out)
         return;
@@ -438,8 +442,8 @@ static cudaError_t gemv_launch_nt(const struct mm_parts &ps, int units, const fl
                 raised[dev] = (int)smem;
         }
     }
-    gemv_q8_kernel<NT, GEMV_BPW(NT), XS><<<units, warps * 32, smem, s>>>(ps, x, xq, xd, n_in, nb);
-    return cudaGetLastError();
+    return cuda_launch(gemv_q8_kernel<NT, GEMV_BPW(NT), XS>, units, warps * 32, smem, s, ps, x, xq,
+                       xd, n_in, nb);
 }
 
 template <bool XS>
@@ -521,8 +525,8 @@ static int matmul_q8(int n, float *const *ys, const struct cs_weight *const *ws,
     }
     if (gemm) {
         dim3 grid(units, (n_tokens + BN - 1) / BN);
-        gemm_q8_kernel<<<grid, MM_GEMM_THREADS, 0, s>>>(ps, xq, xd, n_in, nb, n_tokens);
-        CS_CUDA_LAUNCHED("gemm_q8");
+        CS_CUDA_CHECK(cuda_launch(gemm_q8_kernel, grid, MM_GEMM_THREADS, 0, s, ps, xq, xd, n_in, nb,
+                                  n_tokens));
         return CS_OK;
     }
     for (int t0 = 0; t0 < n_tokens; t0 += MM_GEMV_MAX_TOKENS) {
@@ -558,12 +562,12 @@ static int matmul_f(float *y, const struct cs_weight *w, const float *x, int n_t
 {
     unsigned grid = cs_div_up((size_t)w->n_out, 8);
     if (w->type == CS_DTYPE_F16)
-        gemv_f_kernel<__half><<<grid, 256, 0, s>>>(y, (const __half *)w->data, x, (int)w->n_in,
-                                                   (int)w->n_out, n_tokens);
+        CS_CUDA_CHECK(cuda_launch(gemv_f_kernel<__half>, grid, 256, 0, s, y,
+                                  (const __half *)w->data, x, (int)w->n_in, (int)w->n_out,
+                                  n_tokens));
     else
-        gemv_f_kernel<float><<<grid, 256, 0, s>>>(y, (const float *)w->data, x, (int)w->n_in,
-                                                  (int)w->n_out, n_tokens);
-    CS_CUDA_LAUNCHED("gemv_f");
+        CS_CUDA_CHECK(cuda_launch(gemv_f_kernel<float>, grid, 256, 0, s, y, (const float *)w->data,
+                                  x, (int)w->n_in, (int)w->n_out, n_tokens));
     return CS_OK;
 }
 

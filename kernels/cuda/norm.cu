@@ -2,17 +2,30 @@
  * token, the row held in registers), add_rmsnorm (the residual add x += y
  * fused in front of it: same loads plus y, same tree, so bitwise add then
  * rmsnorm) and gated_rmsnorm (one warp per head: x = rmsnorm(x) * w * silu(z)).
- * Sums of squares use a fixed reduction tree per row (batch invariant). */
+ * Sums of squares use a fixed reduction tree per row (batch invariant).
+ * Launched as programmatic dependents (launch.cuh): the norm weights, which
+ * no kernel writes, are loaded before the wait for the row. */
 #include "cuda_util.cuh"
+#include "launch.cuh"
 #include "ops_cuda.cuh"
 
 #define NORM_THREADS 1024
 #define NORM_NPT 8   /* values per thread held in registers: dim <= 8192 */
 
+/* This thread's norm weights w[threadIdx.x + e * NORM_THREADS] (0 past dim). */
+static __device__ __forceinline__ void rms_weights(float *wv, const float *w, int dim)
+{
+#pragma unroll
+    for (int e = 0; e < NORM_NPT; e++) {
+        int i = threadIdx.x + e * NORM_THREADS;
+        wv[e] = i < dim ? __ldg(w + i) : 0.0f;
+    }
+}
+
 /* The part of an RMSNorm row after the loads, shared by k_rmsnorm and
  * k_add_rmsnorm so both run the same arithmetic: v holds x[threadIdx.x +
- * e * NORM_THREADS] (0 past dim); yr[i] = v * scale * w[i]. */
-static __device__ __forceinline__ void rms_row_regs(float *yr, const float *v, const float *w,
+ * e * NORM_THREADS] (0 past dim), wv the weights alike; yr[i] = v * scale * w[i]. */
+static __device__ __forceinline__ void rms_row_regs(float *yr, const float *v, const float *wv,
                                                     int dim, float eps, float *scratch)
 {
     float ss = 0.0f;
@@ -25,7 +38,7 @@ static __device__ __forceinline__ void rms_row_regs(float *yr, const float *v, c
     for (int e = 0; e < NORM_NPT; e++) {
         int i = threadIdx.x + e * NORM_THREADS;
         if (i < dim)
-            yr[i] = v[e] * scale * w[i];
+            yr[i] = v[e] * scale * wv[e];
     }
 }
 
@@ -38,13 +51,15 @@ static __global__ void __launch_bounds__(NORM_THREADS) k_rmsnorm(float *out, con
 {
     __shared__ float scratch[32];
     const float *xr = x + (size_t)blockIdx.x * dim;
-    float v[NORM_NPT];
+    float v[NORM_NPT], wv[NORM_NPT];
+    rms_weights(wv, w, dim);
+    cuda_pdl_enter();
 #pragma unroll
     for (int e = 0; e < NORM_NPT; e++) {
         int i = threadIdx.x + e * NORM_THREADS;
         v[e] = i < dim ? xr[i] : 0.0f;
     }
-    rms_row_regs(out + (size_t)blockIdx.x * dim, v, w, dim, eps, scratch);
+    rms_row_regs(out + (size_t)blockIdx.x * dim, v, wv, dim, eps, scratch);
 }
 
 /* k_rmsnorm with x[t] += y[t] first (written back): each value is the one
@@ -55,7 +70,9 @@ static __global__ void __launch_bounds__(NORM_THREADS)
     __shared__ float scratch[32];
     float *xr = x + (size_t)blockIdx.x * dim;
     const float *yr = y + (size_t)blockIdx.x * dim;
-    float v[NORM_NPT];
+    float v[NORM_NPT], wv[NORM_NPT];
+    rms_weights(wv, w, dim);
+    cuda_pdl_enter();
 #pragma unroll
     for (int e = 0; e < NORM_NPT; e++) {
         int i = threadIdx.x + e * NORM_THREADS;
@@ -67,7 +84,7 @@ static __global__ void __launch_bounds__(NORM_THREADS)
         if (i < dim)
             xr[i] = v[e];
     }
-    rms_row_regs(out + (size_t)blockIdx.x * dim, v, w, dim, eps, scratch);
+    rms_row_regs(out + (size_t)blockIdx.x * dim, v, wv, dim, eps, scratch);
 }
 
 /* Rows longer than NORM_THREADS * NORM_NPT. With y (add_rmsnorm), x += y
@@ -96,6 +113,7 @@ static __global__ void k_rmsnorm_long(float *out, const float *x, const float *w
                                       float eps)
 {
     __shared__ float scratch[32];
+    cuda_pdl_enter();
     size_t off = (size_t)blockIdx.x * dim;
     rms_row_long(out + off, NULL, x + off, NULL, w, dim, eps, scratch);
 }
@@ -104,6 +122,7 @@ static __global__ void k_add_rmsnorm_long(float *x, const float *y, float *out, 
                                           int dim, float eps)
 {
     __shared__ float scratch[32];
+    cuda_pdl_enter();
     size_t off = (size_t)blockIdx.x * dim;
     rms_row_long(out + off, x + off, x + off, y + off, w, dim, eps, scratch);
 }
@@ -114,6 +133,7 @@ static __global__ void k_gated_rmsnorm(float *x, const float *z, const float *w,
 {
     int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     int lane = threadIdx.x & 31;
+    cuda_pdl_enter();
     if (row >= n_rows)
         return;
     float *xr = x + (size_t)row * head_dim;
@@ -132,11 +152,12 @@ int cuda_op_rmsnorm(struct cs_backend *be, float *out, const float *x, const flo
 {
     if (n_tokens <= 0)
         return CS_OK;
+    cudaStream_t s = cuda_ctx_of(be)->stream;
     if (dim <= NORM_THREADS * NORM_NPT)
-        k_rmsnorm<<<n_tokens, NORM_THREADS, 0, cuda_ctx_of(be)->stream>>>(out, x, w, dim, eps);
+        CS_CUDA_CHECK(cuda_launch(k_rmsnorm, n_tokens, NORM_THREADS, 0, s, out, x, w, dim, eps));
     else
-        k_rmsnorm_long<<<n_tokens, NORM_THREADS, 0, cuda_ctx_of(be)->stream>>>(out, x, w, dim, eps);
-    CS_CUDA_LAUNCHED("rmsnorm");
+        CS_CUDA_CHECK(cuda_launch(k_rmsnorm_long, n_tokens, NORM_THREADS, 0, s, out, x, w, dim,
+                                  eps));
     return CS_OK;
 }
 
@@ -145,13 +166,13 @@ int cuda_op_add_rmsnorm(struct cs_backend *be, float *x, const float *y, float *
 {
     if (n_tokens <= 0)
         return CS_OK;
+    cudaStream_t s = cuda_ctx_of(be)->stream;
     if (dim <= NORM_THREADS * NORM_NPT)
-        k_add_rmsnorm<<<n_tokens, NORM_THREADS, 0, cuda_ctx_of(be)->stream>>>(x, y, out, w, dim,
-                                                                             eps);
+        CS_CUDA_CHECK(cuda_launch(k_add_rmsnorm, n_tokens, NORM_THREADS, 0, s, x, y, out, w, dim,
+                                  eps));
     else
-        k_add_rmsnorm_long<<<n_tokens, NORM_THREADS, 0, cuda_ctx_of(be)->stream>>>(x, y, out, w,
-                                                                                  dim, eps);
-    CS_CUDA_LAUNCHED("add_rmsnorm");
+        CS_CUDA_CHECK(
+            cuda_launch(k_add_rmsnorm_long, n_tokens, NORM_THREADS, 0, s, x, y, out, w, dim, eps));
     return CS_OK;
 }
 
@@ -162,8 +183,7 @@ int cuda_op_gated_rmsnorm(struct cs_backend *be, float *x, const float *z, const
     if (rows <= 0)
         return CS_OK;
     const int warps = 4;
-    k_gated_rmsnorm<<<cs_div_up(rows, warps), warps * 32, 0, cuda_ctx_of(be)->stream>>>(
-        x, z, w, rows, head_dim, eps);
-    CS_CUDA_LAUNCHED("gated_rmsnorm");
+    CS_CUDA_CHECK(cuda_launch(k_gated_rmsnorm, cs_div_up(rows, warps), warps * 32, 0,
+                              cuda_ctx_of(be)->stream, x, z, w, rows, head_dim, eps));
     return CS_OK;
 }

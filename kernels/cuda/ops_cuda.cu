@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "cuda_util.cuh"
+#include "launch.cuh"
 #include "matmul.h"
 #include "ops_cuda.cuh"
 
@@ -82,6 +83,7 @@ static int cu_alloc(struct cs_backend *be, void **ptr, size_t bytes)
         *ptr = NULL;
         return e == cudaErrorMemoryAllocation ? CS_ENOMEM : CS_ECUDA;
     }
+    cuda_pdl_barrier();   /* launch.cuh: the launch after a copy or memset is plain */
     CS_CUDA_CHECK(cudaMemsetAsync(*ptr, 0, bytes, c->stream));
     return CS_OK;
 }
@@ -98,6 +100,7 @@ static void cu_free(struct cs_backend *be, void *ptr)
 static int cu_upload_async(struct cs_backend *be, void *dst, const void *host_src, size_t bytes)
 {
     struct cuda_ctx *c = cuda_ctx_of(be);
+    cuda_pdl_barrier();
     if (bytes > 0)
         CS_CUDA_CHECK(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, c->stream));
     return CS_OK;
@@ -106,6 +109,7 @@ static int cu_upload_async(struct cs_backend *be, void *dst, const void *host_sr
 static int cu_download_async(struct cs_backend *be, void *host_dst, const void *src, size_t bytes)
 {
     struct cuda_ctx *c = cuda_ctx_of(be);
+    cuda_pdl_barrier();
     if (bytes > 0)
         CS_CUDA_CHECK(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, c->stream));
     return CS_OK;
@@ -134,6 +138,7 @@ static int cu_copy(struct cs_backend *be, void *dst, const void *src, size_t byt
     struct cuda_ctx *c = cuda_ctx_of(be);
     if (bytes == 0)
         return CS_OK;
+    cuda_pdl_barrier();
     CS_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, c->stream));
     return CS_OK;
 }
@@ -143,6 +148,7 @@ static int cu_zero(struct cs_backend *be, void *dst, size_t bytes)
     struct cuda_ctx *c = cuda_ctx_of(be);
     if (bytes == 0)
         return CS_OK;
+    cuda_pdl_barrier();
     CS_CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, c->stream));
     return CS_OK;
 }
@@ -362,6 +368,7 @@ static int cu_step_begin(struct cs_backend *be, const struct cs_batch *b)
     if (b->max_pages > 0)
         stage_copy(h + l.off[5], b->page_table, s * (size_t)b->max_pages);
     batch_work_lists(b, h + l.off[6], h + l.off[7], &n_dec, &n_qt, &max_splits);
+    cuda_pdl_barrier();
     CS_CUDA_CHECK(cudaMemcpyAsync(d, h, l.n_int32 * sizeof(int32_t), cudaMemcpyHostToDevice,
                                   c->stream));
     CS_CUDA_CHECK(cudaEventRecord(c->stage_done, c->stream));
@@ -488,6 +495,7 @@ static int cu_graph_begin(struct cs_backend *be, const void *owner, uint32_t var
     struct cuda_graph_entry *e = &c->graphs[i];
     bool same = graph_entry_matches(c, e, owner, variant, gen);
     e->last_use = ++c->graph_clock;
+    cuda_pdl_barrier();   /* a graph's first kernel, or the one after a replay, is plain */
     if (same && e->state == CUDA_GRAPH_READY) {
         CS_CUDA_CHECK(cudaGraphLaunch(e->exec, c->stream));
         c->graph_stats.replayed++;
@@ -525,6 +533,7 @@ static int cu_graph_end(struct cs_backend *be, bool ops_ok)
     if (i < 0 || !t_recording)
         return CS_EINVAL;
     t_recording = false;
+    cuda_pdl_barrier();
     struct cuda_graph_entry *e = &c->graphs[i];
     cudaGraph_t g = NULL;
     cudaGraphExec_t exec = NULL;
@@ -552,6 +561,12 @@ static int cu_graph_end(struct cs_backend *be, bool ops_ok)
 static void cu_graph_enable(struct cs_backend *be, bool on)
 {
     cuda_ctx_of(be)->graphs_off = !on;
+}
+
+static void cu_pdl_enable(struct cs_backend *be, bool on)
+{
+    (void)be;
+    cuda_pdl_set_enabled(on);   /* one setting per process: kernels of any backend */
 }
 
 static void cu_graph_stats(struct cs_backend *be, struct cs_graph_stats *out)
@@ -624,6 +639,7 @@ static void table_fill(struct cs_backend *be)
     be->graph_begin = cu_graph_begin;
     be->graph_end = cu_graph_end;
     be->graph_enable = cu_graph_enable;
+    be->pdl_enable = cu_pdl_enable;
     be->graph_stats = cu_graph_stats;
     be->host_register = cu_host_register;
     be->host_unregister = cu_host_unregister;

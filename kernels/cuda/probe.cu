@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "cuda_util.cuh"
+#include "launch.cuh"
 #include "probe.h"
 
 #define PROBE_REPEATS 5
@@ -137,6 +138,7 @@ static int probe_time(double *best, enum probe_kind k, int blocks, const int4 *b
 
 extern "C" int cuda_probe_run(struct cuda_probe *p, size_t read_bytes)
 {
+    cuda_pdl_barrier();   /* launch.cuh: copies and plain launches follow */
     memset(p, 0, sizeof *p);
     int dev = 0, clock_khz = 0;
     struct cudaDeviceProp prop;

@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "cuda_util.cuh"
+#include "launch.cuh"
 #include "matmul.h"
 
 #define QUANT_THREADS 256
@@ -15,6 +16,7 @@
 static __global__ void quantize_q8_1_kernel(int8_t *xq, float *xd, const float *x, int64_t n_in,
                                             int64_t n_blocks_total)
 {
+    cuda_pdl_enter();   /* launch.cuh: before any read or write */
     int64_t blk = (int64_t)blockIdx.x * (QUANT_THREADS / 32) + (threadIdx.x >> 5);
     int lane = threadIdx.x & 31;
     if (blk >= n_blocks_total)
@@ -48,7 +50,7 @@ extern "C" int cuda_quantize_q8_1(void *scratch, const float *x, int64_t n_in, i
     int8_t *xq = (int8_t *)scratch;
     float *xd = (float *)((char *)scratch + cuda_q8_1_scales_offset(n_in, n_tokens));
     unsigned grid = cs_div_up((size_t)nblk, QUANT_THREADS / 32);
-    quantize_q8_1_kernel<<<grid, QUANT_THREADS, 0, stream>>>(xq, xd, x, n_in, nblk);
-    CS_CUDA_LAUNCHED("quantize_q8_1");
+    CS_CUDA_CHECK(cuda_launch(quantize_q8_1_kernel, grid, QUANT_THREADS, 0, stream, xq, xd, x, n_in,
+                              nblk));
     return CS_OK;
 }

@@ -11,6 +11,7 @@
 
 #include "../../common/gguf.h"
 #include "cuda_util.cuh"
+#include "launch.cuh"
 #include "matmul.h"
 
 #define REPACK_STAGING_BYTES ((size_t)64 << 20)
@@ -173,6 +174,7 @@ extern "C" int cuda_weight_upload_progress(struct cs_weight *w, uint32_t type, i
                                            void (*progress)(void *ctx, uint64_t bytes_read),
                                            void *progress_ctx)
 {
+    cuda_pdl_barrier();   /* launch.cuh: copies and plain launches follow */
     struct upload_report rep = {progress, progress_ctx};
     if (!w)
         return CS_EINVAL;

@@ -5,6 +5,7 @@
  * and its sine/cosine are computed in double: at positions near 256K an fp32
  * angle would be off by several hundredths of a radian. */
 #include "cuda_util.cuh"
+#include "launch.cuh"
 #include "ops_cuda.cuh"
 
 #define ROPE_WARPS 4
@@ -15,6 +16,7 @@ static __global__ void k_head_norm_rope(float *x, int token_stride, int head_str
                                         float rope_base, float eps, const int32_t *pos,
                                         int n_rows)
 {
+    cuda_pdl_enter();   /* launch.cuh: before any read or write */
     __shared__ float buf[ROPE_WARPS][ROPE_MAX_DIM];
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int row = blockIdx.x * ROPE_WARPS + warp;
@@ -66,9 +68,8 @@ int cuda_op_head_norm_rope(struct cs_backend *be, float *x, int token_stride, in
     int rows = b->n_tokens * n_heads;
     if (rows <= 0)
         return CS_OK;
-    k_head_norm_rope<<<cs_div_up(rows, ROPE_WARPS), ROPE_WARPS * 32, 0, c->stream>>>(
-        x, token_stride, head_stride, n_heads, head_dim, norm_w, rope_dims, rope_base, eps,
-        c->batch.pos, rows);
-    CS_CUDA_LAUNCHED("head_norm_rope");
+    CS_CUDA_CHECK(cuda_launch(k_head_norm_rope, cs_div_up(rows, ROPE_WARPS), ROPE_WARPS * 32, 0,
+                              c->stream, x, token_stride, head_stride, n_heads, head_dim, norm_w,
+                              rope_dims, rope_base, eps, c->batch.pos, rows));
     return CS_OK;
 }

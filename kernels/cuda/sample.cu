@@ -46,6 +46,7 @@
 #include <string.h>
 
 #include "cuda_util.cuh"
+#include "launch.cuh"
 #include "ops_cuda.cuh"
 #include "sample.cuh"
 #include "sample_select.cuh"
@@ -84,6 +85,7 @@ static __device__ __forceinline__ float samp_clean(float v, const uint8_t *mask,
 static __global__ void __launch_bounds__(SAMP_PT)
     k_samp_prep(float *logits, int V, int chunk, const struct samp_row *rows, const int32_t *data)
 {
+    cuda_pdl_enter();   /* launch.cuh: before any read or write */
     float *l = logits + (size_t)blockIdx.y * V;
     const uint8_t *mask = samp_mask(&rows[blockIdx.y], data);
     int i1 = min(V, (int)blockIdx.x * chunk + chunk);
@@ -99,6 +101,7 @@ static __global__ void __launch_bounds__(SAMP_PT)
 static __global__ void __launch_bounds__(SAMP_PT)
     k_samp_lists(float *logits, int V, const struct samp_row *rows, const int32_t *data)
 {
+    cuda_pdl_enter();   /* launch.cuh: before any read or write */
     const struct samp_row *p = &rows[blockIdx.x];
     float *l = logits + (size_t)blockIdx.x * V;
     const uint8_t *mask = samp_mask(p, data);
@@ -147,6 +150,7 @@ static __global__ void __launch_bounds__(SAMP_PT)
     k_samp_stats(struct samp_part *part, float *logits, int V, int chunk,
                  const struct samp_row *rows, const int32_t *data)
 {
+    cuda_pdl_enter();   /* launch.cuh: before any read or write */
     __shared__ float s_max[SAMP_PT / 32];
     __shared__ int s_arg[SAMP_PT / 32], s_cnt[SAMP_PT / 32];
     __shared__ double s_sum[SAMP_PT / 32];
@@ -233,6 +237,7 @@ static __global__ void __launch_bounds__(SAMP_THREADS)
     k_samp_select(float *cand_key, int *cand_id, const float *logits, int V,
                   const struct samp_row *rows, int use_temperature)
 {
+    cuda_pdl_enter();   /* launch.cuh: before any read or write */
     __shared__ struct samp_sel_smem sm;
     __shared__ samp_u64 sq[C];
     const struct samp_row *p = &rows[blockIdx.x];
@@ -297,6 +302,7 @@ static __global__ void __launch_bounds__(SAMP_PT)
                   const struct samp_row *rows, const struct samp_part *part, int B,
                   const struct samp_cut *cut, const float *lp_key, const int *lp_id)
 {
+    cuda_pdl_enter();   /* launch.cuh: before any read or write */
     __shared__ float s_max[SAMP_PT / 32];
     __shared__ int s_arg[SAMP_PT / 32], s_cnt[SAMP_PT / 32];
     __shared__ double s_sum[SAMP_PT / 32];
@@ -562,26 +568,24 @@ int cuda_op_sample(struct cs_backend *be, struct cs_sample_result *results, floa
         dim3 grid((unsigned)B, (unsigned)n);
         queued = true;
         SAMP_CUDA(cudaMemcpyAsync(d, h, o_part, cudaMemcpyHostToDevice, c->stream));
+        cuda_pdl_barrier();   /* launch.cuh: the launch after a copy is plain */
         if (any_list) {
-            k_samp_prep<<<grid, SAMP_PT, 0, c->stream>>>(logits, V, chunk, rows_d, data_d);
-            SAMP_CUDA(cudaGetLastError());
-            k_samp_lists<<<n, SAMP_PT, 0, c->stream>>>(logits, V, rows_d, data_d);
-            SAMP_CUDA(cudaGetLastError());
-            k_samp_stats<false><<<grid, SAMP_PT, 0, c->stream>>>(part_d, logits, V, chunk,
-                                                                 rows_d, data_d);
+            SAMP_CUDA(cuda_launch(k_samp_prep, grid, SAMP_PT, 0, c->stream, logits, V, chunk,
+                                  rows_d, data_d));
+            SAMP_CUDA(cuda_launch(k_samp_lists, n, SAMP_PT, 0, c->stream, logits, V, rows_d,
+                                  data_d));
+            SAMP_CUDA(cuda_launch(k_samp_stats<false>, grid, SAMP_PT, 0, c->stream, part_d, logits,
+                                  V, chunk, rows_d, data_d));
         } else
-            k_samp_stats<true><<<grid, SAMP_PT, 0, c->stream>>>(part_d, logits, V, chunk,
-                                                                rows_d, data_d);
-        SAMP_CUDA(cudaGetLastError());
+            SAMP_CUDA(cuda_launch(k_samp_stats<true>, grid, SAMP_PT, 0, c->stream, part_d, logits,
+                                  V, chunk, rows_d, data_d));
         if (any_t) {
-            k_samp_select<SAMP_C><<<n, SAMP_THREADS, 0, c->stream>>>(
-                (float *)(d + o_ck), (int *)(d + o_ci), logits, V, rows_d, 1);
-            SAMP_CUDA(cudaGetLastError());
+            SAMP_CUDA(cuda_launch(k_samp_select<SAMP_C>, n, SAMP_THREADS, 0, c->stream,
+                                  (float *)(d + o_ck), (int *)(d + o_ci), logits, V, rows_d, 1));
         }
         if (any_lp) {
-            k_samp_select<SAMP_LP_C><<<n, SAMP_THREADS, 0, c->stream>>>(
-                (float *)(d + o_lk), (int *)(d + o_li), logits, V, rows_d, 0);
-            SAMP_CUDA(cudaGetLastError());
+            SAMP_CUDA(cuda_launch(k_samp_select<SAMP_LP_C>, n, SAMP_THREADS, 0, c->stream,
+                                  (float *)(d + o_lk), (int *)(d + o_li), logits, V, rows_d, 0));
         }
         struct samp_cut *cut_d = (struct samp_cut *)(d + o_cut);
         if (any_t) {
@@ -591,13 +595,13 @@ int cuda_op_sample(struct cs_backend *be, struct cs_sample_result *results, floa
             if (rc != CS_OK)
                 goto done;
         }
-        k_samp_choose<<<n, SAMP_PT, 0, c->stream>>>(out_d, logits, V, rows_d, part_d, B, cut_d,
-                                                     (const float *)(d + o_lk),
-                                                     (const int *)(d + o_li));
-        SAMP_CUDA(cudaGetLastError());
+        SAMP_CUDA(cuda_launch(k_samp_choose, n, SAMP_PT, 0, c->stream, out_d, logits, V, rows_d,
+                              part_d, B, cut_d, (const float *)(d + o_lk),
+                              (const int *)(d + o_li)));
         struct samp_out *out_h = (struct samp_out *)(h + o_out);
         SAMP_CUDA(cudaMemcpyAsync(out_h, out_d, (size_t)n * sizeof(struct samp_out),
                                   cudaMemcpyDeviceToHost, c->stream));
+        cuda_pdl_barrier();
         SAMP_CUDA(cudaStreamSynchronize(c->stream));
         queued = false;
         for (int r = 0; r < n && rc == CS_OK; r++) {

@@ -23,6 +23,7 @@
 #include <float.h>
 
 #include "cuda_util.cuh"
+#include "launch.cuh"
 #include "ops_cuda.cuh"
 #include "sample.cuh"
 #include "sample_select.cuh"
@@ -48,6 +49,7 @@ static __global__ void __launch_bounds__(SAMP_PT)
     k_samp_weights(struct samp_wpart *wp, struct samp_cut *cut, const float *logits, int V,
                    int chunk, const struct samp_row *rows, const struct samp_part *part, int B)
 {
+    cuda_pdl_enter();   /* launch.cuh: before any read or write */
     __shared__ u64 s[32];
     __shared__ float s_max[32];
     const struct samp_row *p = &rows[blockIdx.y];
@@ -105,6 +107,7 @@ static __global__ void __launch_bounds__(SAMP_PT)
                const struct samp_row *rows, const struct samp_part *part, const float *cand_key,
                const int *cand_id)
 {
+    cuda_pdl_enter();   /* launch.cuh: before any read or write */
     __shared__ u64 s[32];
     __shared__ int s_first;
     int r = blockIdx.x;
@@ -182,6 +185,7 @@ static __global__ void __launch_bounds__(SAMP_PT)
 static __global__ void __launch_bounds__(SAMP_THREADS)
     k_samp_cut_full(struct samp_cut *cut, const float *logits, int V, const struct samp_row *rows)
 {
+    cuda_pdl_enter();   /* launch.cuh: before any read or write */
     __shared__ struct samp_sel_smem sm;
     int r = blockIdx.x;
     struct samp_cut *c = &cut[r];
@@ -224,6 +228,7 @@ static __global__ void __launch_bounds__(SAMP_PT)
     k_samp_keptsum(struct samp_wpart *wp, const struct samp_cut *cut, const float *logits, int V,
                    int chunk, const struct samp_row *rows)
 {
+    cuda_pdl_enter();   /* launch.cuh: before any read or write */
     __shared__ u64 s[32];
     const struct samp_row *p = &rows[blockIdx.y];
     const struct samp_cut *c = &cut[blockIdx.y];
@@ -245,6 +250,7 @@ static __global__ void __launch_bounds__(SAMP_PT)
     k_samp_draw(struct samp_cut *cut, const struct samp_wpart *wp, const float *logits, int V,
                 int chunk, int B, const struct samp_row *rows)
 {
+    cuda_pdl_enter();   /* launch.cuh: before any read or write */
     __shared__ u64 s[32], s_r;
     __shared__ int s_block, s_token;
     int r = blockIdx.x;
@@ -308,15 +314,13 @@ int samp_step7_queue(cudaStream_t st, struct samp_wpart *wp, struct samp_cut *cu
                      const float *cand_key, const int *cand_id)
 {
     dim3 grid((unsigned)B, (unsigned)n);
-    k_samp_weights<<<grid, SAMP_PT, 0, st>>>(wp, cut, logits, V, chunk, rows, part, B);
-    CS_CUDA_LAUNCHED("k_samp_weights");
-    k_samp_cut<<<n, SAMP_PT, 0, st>>>(cut, wp, B, rows, part, cand_key, cand_id);
-    CS_CUDA_LAUNCHED("k_samp_cut");
-    k_samp_cut_full<<<n, SAMP_THREADS, 0, st>>>(cut, logits, V, rows);
-    CS_CUDA_LAUNCHED("k_samp_cut_full");
-    k_samp_keptsum<<<grid, SAMP_PT, 0, st>>>(wp, cut, logits, V, chunk, rows);
-    CS_CUDA_LAUNCHED("k_samp_keptsum");
-    k_samp_draw<<<n, SAMP_PT, 0, st>>>(cut, wp, logits, V, chunk, B, rows);
-    CS_CUDA_LAUNCHED("k_samp_draw");
+    CS_CUDA_CHECK(cuda_launch(k_samp_weights, grid, SAMP_PT, 0, st, wp, cut, logits, V, chunk, rows,
+                              part, B));
+    CS_CUDA_CHECK(cuda_launch(k_samp_cut, n, SAMP_PT, 0, st, cut, wp, B, rows, part, cand_key,
+                              cand_id));
+    CS_CUDA_CHECK(cuda_launch(k_samp_cut_full, n, SAMP_THREADS, 0, st, cut, logits, V, rows));
+    CS_CUDA_CHECK(cuda_launch(k_samp_keptsum, grid, SAMP_PT, 0, st, wp, cut, logits, V, chunk,
+                              rows));
+    CS_CUDA_CHECK(cuda_launch(k_samp_draw, n, SAMP_PT, 0, st, cut, wp, logits, V, chunk, B, rows));
     return CS_OK;
 }

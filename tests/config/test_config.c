@@ -86,10 +86,11 @@ static void test_config_json_round_trip(void)
 
 /* cuda_graphs: on by default; off from the file, --no-cuda-graphs or
  * --cuda-graphs=false; on again from --cuda-graphs; carried in the JSON the
- * workers get; listed by the usage. */
+ * workers get; listed by the usage. And cuda_pdl: on by default, off from
+ * --no-cuda-pdl. */
 static void test_config_cuda_graphs(void)
 {
-    struct cs_config c;
+    struct cs_config c, pdl;
     struct cs_error err = {0};
     config_defaults(&c);
     CHECK(c.cuda_graphs);
@@ -111,6 +112,13 @@ static void test_config_cuda_graphs(void)
     CHECK(!c.cuda_graphs);
     char *argv4[] = {"x", "--no-cuda-graphs=true"};
     CHECK_EQ_INT(config_parse_args(&c, 2, argv4, NULL, NULL, &err), CS_EINVAL);
+
+    /* cuda_pdl: the same shape of switch, on by default */
+    config_defaults(&pdl);
+    CHECK(pdl.cuda_pdl);
+    char *argv5[] = {"x", "--no-cuda-pdl"};
+    CHECK_EQ_INT(config_parse_args(&pdl, 2, argv5, NULL, NULL, &err), CS_OK);
+    CHECK(!pdl.cuda_pdl);
 
     char *js = config_to_json(&c, false);
     CHECK(js != NULL && strstr(js, "\"cuda_graphs\":false") != NULL);
