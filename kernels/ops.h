@@ -189,6 +189,20 @@ struct cs_backend {
      * into the matmul where it can (CUDA: one decode token). */
     int (*matmul_swiglu)(struct cs_backend *be, float *y, const struct cs_weight *w, float *g,
                          const float *u, int n_tokens);
+    /* Optional (NULL: the model runs gated_rmsnorm, then matmul): y = W g(x)
+     * with g gated_rmsnorm's transform (per head: rmsnorm(x) * norm_w *
+     * silu(z)); W's n_in = n_heads * head_dim: the GDN output projection. x
+     * is scratch (it may hold g(x) afterwards). Bitwise equal to the two ops
+     * on the same backend (CUDA fuses one decode token). */
+    int (*matmul_gated_rmsnorm)(struct cs_backend *be, float *y, const struct cs_weight *w,
+                                float *x, const float *z, const float *norm_w, int n_heads,
+                                int head_dim, float eps, int n_tokens);
+    /* Optional (NULL: sigmoid_gate, then matmul): y = W (x * sigmoid(gate)),
+     * the gate laid out as sigmoid_gate takes it: the attention output
+     * projection. x is scratch. Bitwise equal to the two ops. */
+    int (*matmul_sigmoid_gate)(struct cs_backend *be, float *y, const struct cs_weight *w,
+                               float *x, const float *gate, int gate_token_stride,
+                               int gate_head_stride, int n_heads, int head_dim, int n_tokens);
 
     /* Attention layer. Per token t and head h the head vector is at
      * x + t * token_stride + h * head_stride (in floats). Applies

@@ -78,8 +78,12 @@ static int mixer_gdn(struct cs_model *m, struct cs_state *st, int l, const struc
     if ((rc = be->matmul(be, 4, ys, ws, st->normed, T)) ||
         (rc = be->conv1d_silu(be, st->conv_out, st->qkv, w->conv1d, &st->gdn[l], b)) ||
         (rc = be->gdn(be, st->gdn_out, st->conv_out, st->beta, st->alpha, w->ssm_a, w->dt_bias,
-                      hp->eps, &st->gdn[l], b)) ||
-        (rc = be->gated_rmsnorm(be, st->gdn_out, st->z, w->ssm_norm, hp->ssm_heads, hp->ssm_state,
+                      hp->eps, &st->gdn[l], b)))
+        return rc;
+    if (be->matmul_gated_rmsnorm)   /* the norm in the projection's prologue (bitwise the same) */
+        return be->matmul_gated_rmsnorm(be, st->tmp, &w->ssm_out, st->gdn_out, st->z, w->ssm_norm,
+                                        hp->ssm_heads, hp->ssm_state, hp->eps, T);
+    if ((rc = be->gated_rmsnorm(be, st->gdn_out, st->z, w->ssm_norm, hp->ssm_heads, hp->ssm_state,
                                 hp->eps, T)))
         return rc;
     return be->matmul(be, 1, out, wo, st->gdn_out, T);
@@ -105,8 +109,12 @@ static int mixer_attention(struct cs_model *m, struct cs_state *st, int l, const
                                  hp->rope_dims, hp->rope_base, hp->eps, b)) ||
         (rc = be->kv_store(be, &st->kv[l], st->k, kv_stride, st->v, kv_stride, b)) ||
         (rc = be->attention(be, st->attn_out, st->q, q_stride, 2 * D, hp->n_head, &st->kv[l],
-                            1.0f / sqrtf((float)D), b)) ||
-        (rc = be->sigmoid_gate(be, st->attn_out, st->q + D, q_stride, 2 * D, hp->n_head, D, T)))
+                            1.0f / sqrtf((float)D), b)))
+        return rc;
+    if (be->matmul_sigmoid_gate)   /* the gate in the projection's prologue (bitwise the same) */
+        return be->matmul_sigmoid_gate(be, st->tmp, &w->wo, st->attn_out, st->q + D, q_stride,
+                                       2 * D, hp->n_head, D, T);
+    if ((rc = be->sigmoid_gate(be, st->attn_out, st->q + D, q_stride, 2 * D, hp->n_head, D, T)))
         return rc;
     return be->matmul(be, 1, out, wo, st->attn_out, T);
 }

@@ -21,6 +21,7 @@
 #include "../../common/log.h"
 #include "../numerics.h"
 #include "cuda_util.cuh"
+#include "gated_norm.cuh"
 #include "launch.cuh"
 #include "arch_tiles.h"
 #include "matmul_int.cuh"
@@ -67,10 +68,54 @@ static __device__ __forceinline__ void seg_load(const struct mm_parts &ps, int u
  * (group, segment), 57-61% of read bandwidth on large matrices; resident
  * blocks with a per-group fence and ticket, little better. The segment of
  * x is quantized once per block. */
+/* The one-token prologue: this warp's 4 blocks of the segment (blocks 4 warp
+ * .. 4 warp + 3, so a 128-value head is one warp's) of pro(x), quantized into
+ * xs / xds. Each transform is the expression of the op it replaces. */
+static __device__ __forceinline__ void seg_prologue(const struct cuda_mm_pro &pro, const float *x,
+                                                    int b0, int cn, int warp, int lane, int8_t *xs,
+                                                    float *xds)
+{
+    float v[4], a[4], w[4];
+#pragma unroll
+    for (int u = 0; u < 4; u++) {
+        int k = warp * 4 + u, i = (b0 + k) * 32 + lane;   /* i: index in the token's vector */
+        bool in = k < cn;
+        v[u] = in ? __ldg(x + i) : 0.0f;
+        a[u] = 0.0f;
+        w[u] = 0.0f;
+        if (in && pro.kind == CUDA_MM_PRO_SIGMOID_GATE) {
+            int h = i / pro.head_dim;
+            a[u] = __ldg(pro.aux + (size_t)h * pro.aux_head_stride + (i - h * pro.head_dim));
+        } else if (in && pro.kind != CUDA_MM_PRO_NONE) {
+            a[u] = __ldg(pro.aux + i);
+        }
+        if (in && pro.kind == CUDA_MM_PRO_GATED_RMSNORM)
+            w[u] = __ldg(pro.norm_w + u * 32 + lane);
+    }
+    if (pro.kind == CUDA_MM_PRO_GATED_RMSNORM)   /* a whole head, or a warp past cn (all 0) */
+        gated_norm_head_lane(v, a, w, pro.head_dim, pro.eps);
+#pragma unroll
+    for (int u = 0; u < 4; u++) {
+        int k = warp * 4 + u;
+        if (k >= cn)
+            break;
+        float d, e = v[u];
+        if (pro.kind == CUDA_MM_PRO_SWIGLU)
+            e = silu_f(v[u]) * a[u];            /* k_silu_mul */
+        else if (pro.kind == CUDA_MM_PRO_SIGMOID_GATE)
+            e = v[u] * sigmoid_f(a[u]);         /* k_sigmoid_gate */
+        int q = cuda_q8_1_quantize_lane(e, &d);
+        xs[k * 32 + lane] = (int8_t)q;
+        if (lane == 0)
+            xds[k] = d;
+    }
+}
+
 template <int NT, bool XS>
 static __global__ void __launch_bounds__(SEG_THREADS, SEG_BLOCKS_PER_SM)
-    gemv_seg_kernel(struct mm_parts ps, int units, int n_seg, const float *x, const float *xu,
-                    const int8_t *xq, const float *xd, int n_in, int nb, float *part, int *tickets)
+    gemv_seg_kernel(struct mm_parts ps, int units, int n_seg, const float *x,
+                    struct cuda_mm_pro pro, const int8_t *xq, const float *xd, int n_in, int nb,
+                    float *part, int *tickets)
 {
     __shared__ float terms[2][SEG][NT][32];
     __shared__ __align__(16) int8_t xs[XS ? NT * SEG * 32 : 16];
@@ -87,29 +132,9 @@ static __global__ void __launch_bounds__(SEG_THREADS, SEG_BLOCKS_PER_SM)
     if (!tail)
         seg_load(ps, unit, nb, b0, warp, lane, wv0, wv1, wd);
     cuda_pdl_enter();   /* launch.cuh: x, the workspace and y only from here */
-    if (XS && !tail) {   /* quantize this segment of x (NT tokens) into shared memory */
-        const int per_warp = (NT * SEG + SEG_WARPS - 1) / SEG_WARPS;
-        float xv[per_warp], uv[per_warp];
-#pragma unroll
-        for (int u = 0; u < per_warp; u++) {
-            int i = warp + u * SEG_WARPS, t = i / SEG, k = i - t * SEG;
-            size_t off = (size_t)t * n_in + (size_t)(b0 + k) * 32 + lane;
-            bool in = t < NT && k < cn;
-            xv[u] = in ? __ldg(x + off) : 0.0f;
-            uv[u] = in && xu ? __ldg(xu + off) : 0.0f;
-        }
-#pragma unroll
-        for (int u = 0; u < per_warp; u++) {
-            int i = warp + u * SEG_WARPS, t = i / SEG, k = i - t * SEG;
-            if (t < NT && k < cn) {
-                float d, v = xu ? silu_f(xv[u]) * uv[u] : xv[u];   /* k_silu_mul's expression */
-                int q = cuda_q8_1_quantize_lane(v, &d);
-                xs[(t * SEG + k) * 32 + lane] = (int8_t)q;
-                if (lane == 0)
-                    xds[t * SEG + k] = d;
-            }
-        }
-    }
+    static_assert(!XS || (NT == 1 && SEG == 4 * SEG_WARPS), "the prologue: one token, 4 blocks a warp");
+    if (XS && !tail)   /* quantize this segment of pro(x) into shared memory */
+        seg_prologue(pro, x, b0, cn, warp, lane, xs, xds);
     if (XS)
         __syncthreads();
     for (int it = 0; unit < units; unit += ustride, it ^= 1) {
@@ -295,11 +320,12 @@ extern "C" void cuda_matmul_release_stream(struct CUstream_st *stream)
 
 template <int NT, bool XS>
 static cudaError_t seg_launch_nt(const struct mm_parts &ps, int units, int n_seg, int grid,
-                                 const float *x, const float *xu, const int8_t *xq, const float *xd,
-                                 int n_in, int nb, float *part, int *tickets, cudaStream_t s)
+                                 const float *x, const struct cuda_mm_pro &pro, const int8_t *xq,
+                                 const float *xd, int n_in, int nb, float *part, int *tickets,
+                                 cudaStream_t s)
 {
-    return cuda_launch(gemv_seg_kernel<NT, XS>, grid, SEG_THREADS, 0, s, ps, units, n_seg, x, xu, xq,
-                       xd, n_in, nb, part, tickets);
+    return cuda_launch(gemv_seg_kernel<NT, XS>, grid, SEG_THREADS, 0, s, ps, units, n_seg, x, pro,
+                       xq, xd, n_in, nb, part, tickets);
 }
 
 /* Streaming multiprocessors of the current device (cached per device). */
@@ -321,11 +347,14 @@ static int seg_sm_count(void)
 
 cudaError_t gemv_seg_launch(int nt, const struct mm_parts &ps, int units, const float *x,
                             const int8_t *xq, const float *xd, int n_in, int nb, bool xs,
-                            cudaStream_t s, const float *xu)
+                            cudaStream_t s, const struct cuda_mm_pro *pro_in)
 {
     int n_seg = (nb + SEG - 1) / SEG;
+    struct cuda_mm_pro pro = {};
+    if (pro_in)
+        pro = *pro_in;
     if (units > SEG_MAX_UNITS || nt < 1 || nt > MM_GEMV_MAX_TOKENS || (xs && nt != 1) ||
-        (xu && !xs))
+        (pro.kind != CUDA_MM_PRO_NONE && !xs))
         return cudaErrorInvalidValue;
     if (nt > SEG_MAX_NT) {   /* double-buffered terms of 8 tokens exceed 48 KB: two launches */
         struct mm_parts rest = ps;
@@ -349,13 +378,13 @@ cudaError_t gemv_seg_launch(int nt, const struct mm_parts &ps, int units, const 
     if (e != cudaSuccess)
         return e;
     if (xs)
-        return seg_launch_nt<1, true>(ps, units, n_seg, grid, x, xu, xq, xd, n_in, nb, part, tickets,
-                                      s);
+        return seg_launch_nt<1, true>(ps, units, n_seg, grid, x, pro, xq, xd, n_in, nb, part,
+                                      tickets, s);
     switch (nt) {
-    case 1: return seg_launch_nt<1, false>(ps, units, n_seg, grid, x, NULL, xq, xd, n_in, nb, part, tickets, s);
-    case 2: return seg_launch_nt<2, false>(ps, units, n_seg, grid, x, NULL, xq, xd, n_in, nb, part, tickets, s);
-    case 3: return seg_launch_nt<3, false>(ps, units, n_seg, grid, x, NULL, xq, xd, n_in, nb, part, tickets, s);
-    default: return seg_launch_nt<4, false>(ps, units, n_seg, grid, x, NULL, xq, xd, n_in, nb, part, tickets, s);
+    case 1: return seg_launch_nt<1, false>(ps, units, n_seg, grid, x, pro, xq, xd, n_in, nb, part, tickets, s);
+    case 2: return seg_launch_nt<2, false>(ps, units, n_seg, grid, x, pro, xq, xd, n_in, nb, part, tickets, s);
+    case 3: return seg_launch_nt<3, false>(ps, units, n_seg, grid, x, pro, xq, xd, n_in, nb, part, tickets, s);
+    default: return seg_launch_nt<4, false>(ps, units, n_seg, grid, x, pro, xq, xd, n_in, nb, part, tickets, s);
     }
 }
 

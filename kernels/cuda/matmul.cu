@@ -26,6 +26,7 @@
 #include "../../common/gguf.h"
 #include "arch_tiles.h"
 #include "cuda_util.cuh"
+#include "gated_norm.cuh"
 #include "launch.cuh"
 #include "matmul.h"
 #include "matmul_int.cuh"
@@ -617,10 +618,10 @@ extern "C" int cuda_matmul_with(int n, float *const *ys, const struct cs_weight 
     return rc;
 }
 
-extern "C" int cuda_matmul_swiglu_1(float *y, const struct cs_weight *w, const float *g,
-                                    const float *u, struct CUstream_st *stream)
+extern "C" int cuda_matmul_pro_1(float *y, const struct cs_weight *w, const float *x,
+                                 const struct cuda_mm_pro *pro, struct CUstream_st *stream)
 {
-    if (!y || !w || !w->data || !g || !u)
+    if (!y || !w || !w->data || !x || !pro || (pro->kind != CUDA_MM_PRO_NONE && !pro->aux))
         return CS_EINVAL;
     const struct mm_arch_tiles *tiles = mm_arch_tiles_for(device_cc());
     int n_in = (int)w->n_in, nb = n_in / 32, groups = (int)((w->n_out + 31) / 32), warps;
@@ -629,6 +630,12 @@ extern "C" int cuda_matmul_swiglu_1(float *y, const struct cs_weight *w, const f
     if (w->type != CS_DTYPE_Q8_0 || groups > gemv_seg_max_units() || nb <= CS_DOT_SEG_BLOCKS ||
         tiles->gemv_max_tokens < 1 || !gemv_plan(tiles, 1, n_in, &warps))
         return CS_EUNSUPPORTED;
+    /* the prologue's shapes: a gated head is one warp's 4 blocks */
+    if (pro->kind == CUDA_MM_PRO_GATED_RMSNORM &&
+        (pro->head_dim != GATED_NORM_HEAD || n_in % GATED_NORM_HEAD != 0 || !pro->norm_w))
+        return CS_EUNSUPPORTED;
+    if (pro->kind == CUDA_MM_PRO_SIGMOID_GATE && (pro->head_dim <= 0 || n_in % pro->head_dim != 0))
+        return CS_EUNSUPPORTED;
     struct mm_parts ps;
     ps.n = 1;
     ps.p[0].q = (const int4 *)w->data;
@@ -636,14 +643,22 @@ extern "C" int cuda_matmul_swiglu_1(float *y, const struct cs_weight *w, const f
     ps.p[0].y = y;
     ps.p[0].n_out = (int)w->n_out;
     ps.p[0].unit_begin = 0;
-    cudaError_t e = gemv_seg_launch(1, ps, groups, g, NULL, NULL, n_in, nb, true, stream, u);
+    cudaError_t e = gemv_seg_launch(1, ps, groups, x, NULL, NULL, n_in, nb, true, stream, pro);
     if (e == cudaErrorNotReady)
         return CS_EUNSUPPORTED;   /* no workspace now (capturing): the caller's two launches */
     if (e != cudaSuccess) {
-        LOG_ERROR("matmul", "gemv_seg (swiglu) launch failed: %s", cudaGetErrorString(e));
+        LOG_ERROR("matmul", "gemv_seg (prologue %d) launch failed: %s", pro->kind,
+                  cudaGetErrorString(e));
         return CS_ECUDA;
     }
     return CS_OK;
+}
+
+extern "C" int cuda_matmul_swiglu_1(float *y, const struct cs_weight *w, const float *g,
+                                    const float *u, struct CUstream_st *stream)
+{
+    struct cuda_mm_pro pro = {CUDA_MM_PRO_SWIGLU, u, NULL, 0, 0, 0.0f};
+    return cuda_matmul_pro_1(y, w, g, &pro, stream);
 }
 
 extern "C" int cuda_matmul(int n, float *const *ys, const struct cs_weight *const *ws, const float *x,

@@ -103,12 +103,35 @@ enum cuda_mm_kernel { CUDA_MM_AUTO = 0, CUDA_MM_GEMV = 1, CUDA_MM_GEMM = 2, CUDA
  * destroying the stream; a later call on it allocates again). */
 void cuda_matmul_release_stream(struct CUstream_st *stream);
 
-/* y = w (silu(g) * u) for one token, fused: the segmented GEMV computes
- * silu(g) * u while it quantizes x (kernels/ops.h matmul_swiglu). Bitwise
- * equal to cuda_silu_mul then cuda_matmul. Returns CS_EUNSUPPORTED, having
- * launched nothing, when that kernel does not apply (not Q8_0, K of one
- * segment, too many rows, or its workspace cannot grow while capturing):
- * the caller then runs the two. */
+/* What a fused one-token GEMV computes from its input x while it quantizes
+ * it, each exactly as the named op does (the same device code), so the
+ * product is bitwise that op then cuda_matmul. */
+enum cuda_mm_pro_kind {
+    CUDA_MM_PRO_NONE = 0,
+    CUDA_MM_PRO_SWIGLU = 1,        /* silu(x) * aux: k_silu_mul (FFN down) */
+    CUDA_MM_PRO_GATED_RMSNORM = 2, /* per head: rmsnorm(x) * norm_w * silu(aux): k_gated_rmsnorm
+                                    * (GDN output; head_dim 128 only) */
+    CUDA_MM_PRO_SIGMOID_GATE = 3   /* x * sigmoid(aux[h * aux_head_stride + d]): k_sigmoid_gate
+                                    * (attention output) */
+};
+struct cuda_mm_pro {
+    int kind;
+    const float *aux;     /* u, z or the gate (one token) */
+    const float *norm_w;  /* GATED_RMSNORM: [head_dim] */
+    int head_dim;
+    int aux_head_stride;  /* SIGMOID_GATE */
+    float eps;            /* GATED_RMSNORM */
+};
+
+/* y = w pro(x) for one token, fused into the segmented GEMV. Returns
+ * CS_EUNSUPPORTED, having launched nothing, when that kernel does not apply
+ * (not Q8_0, K of one segment, too many rows, a head size the prologue does
+ * not take, or its workspace cannot grow while capturing): the caller then
+ * runs the op and the matmul. */
+int cuda_matmul_pro_1(float *y, const struct cs_weight *w, const float *x,
+                      const struct cuda_mm_pro *pro, struct CUstream_st *stream);
+
+/* cuda_matmul_pro_1 with the SwiGLU prologue: y = w (silu(g) * u). */
 int cuda_matmul_swiglu_1(float *y, const struct cs_weight *w, const float *g, const float *u,
                          struct CUstream_st *stream);
 

@@ -6,6 +6,7 @@
  * Launched as programmatic dependents (launch.cuh): the norm weights, which
  * no kernel writes, are loaded before the wait for the row. */
 #include "cuda_util.cuh"
+#include "gated_norm.cuh"
 #include "launch.cuh"
 #include "ops_cuda.cuh"
 
@@ -127,7 +128,9 @@ static __global__ void k_add_rmsnorm_long(float *x, const float *y, float *out, 
     rms_row_long(out + off, x + off, x + off, y + off, w, dim, eps, scratch);
 }
 
-/* One warp per head of head_dim values: x = rmsnorm(x) * w * silu(z). */
+/* One warp per head of head_dim values: x = rmsnorm(x) * w * silu(z). Heads
+ * of 128 (every Qwen3.5 GDN) take gated_norm_head_lane, which the fused GDN
+ * output projection runs too. */
 static __global__ void k_gated_rmsnorm(float *x, const float *z, const float *w, int n_rows,
                                        int head_dim, float eps)
 {
@@ -138,6 +141,20 @@ static __global__ void k_gated_rmsnorm(float *x, const float *z, const float *w,
         return;
     float *xr = x + (size_t)row * head_dim;
     const float *zr = z + (size_t)row * head_dim;
+    if (head_dim == GATED_NORM_HEAD) {
+        float v[4], zv[4], wv[4];
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            v[e] = xr[lane + 32 * e];
+            zv[e] = zr[lane + 32 * e];
+            wv[e] = w[lane + 32 * e];
+        }
+        gated_norm_head_lane(v, zv, wv, head_dim, eps);
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            xr[lane + 32 * e] = v[e];
+        return;
+    }
     float ss = 0.0f;
     for (int i = lane; i < head_dim; i += 32)
         ss += xr[i] * xr[i];

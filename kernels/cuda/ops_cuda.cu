@@ -254,6 +254,54 @@ static int cu_matmul_swiglu(struct cs_backend *be, float *y, const struct cs_wei
     return cu_matmul(be, 1, ys, ws, g, n_tokens);
 }
 
+static int cu_matmul_gated_rmsnorm(struct cs_backend *be, float *y, const struct cs_weight *w,
+                                   float *x, const float *z, const float *norm_w, int n_heads,
+                                   int head_dim, float eps, int n_tokens)
+{
+    struct cuda_ctx *c = cuda_ctx_of(be);
+    if (n_tokens <= 0)
+        return CS_OK;
+    if (w->n_in != (int64_t)n_heads * head_dim)
+        return CS_EINVAL;
+    if (n_tokens == 1) {
+        struct cuda_mm_pro pro = {CUDA_MM_PRO_GATED_RMSNORM, z, norm_w, head_dim, 0, eps};
+        int rc = cuda_matmul_pro_1(y, w, x, &pro, c->stream);
+        if (rc != CS_EUNSUPPORTED)
+            return rc;
+    }
+    int rc = cuda_op_gated_rmsnorm(be, x, z, norm_w, n_heads, head_dim, eps, n_tokens);
+    if (rc != CS_OK)
+        return rc;
+    float *ys[1] = {y};
+    const struct cs_weight *ws[1] = {w};
+    return cu_matmul(be, 1, ys, ws, x, n_tokens);
+}
+
+static int cu_matmul_sigmoid_gate(struct cs_backend *be, float *y, const struct cs_weight *w,
+                                  float *x, const float *gate, int gate_token_stride,
+                                  int gate_head_stride, int n_heads, int head_dim, int n_tokens)
+{
+    struct cuda_ctx *c = cuda_ctx_of(be);
+    if (n_tokens <= 0)
+        return CS_OK;
+    if (w->n_in != (int64_t)n_heads * head_dim)
+        return CS_EINVAL;
+    if (n_tokens == 1) {
+        struct cuda_mm_pro pro = {CUDA_MM_PRO_SIGMOID_GATE, gate, NULL, head_dim, gate_head_stride,
+                                  0.0f};
+        int rc = cuda_matmul_pro_1(y, w, x, &pro, c->stream);
+        if (rc != CS_EUNSUPPORTED)
+            return rc;
+    }
+    int rc = cuda_op_sigmoid_gate(be, x, gate, gate_token_stride, gate_head_stride, n_heads,
+                                  head_dim, n_tokens);
+    if (rc != CS_OK)
+        return rc;
+    float *ys[1] = {y};
+    const struct cs_weight *ws[1] = {w};
+    return cu_matmul(be, 1, ys, ws, x, n_tokens);
+}
+
 /* ---- step_begin: the batch and the attention work lists, one upload ---- */
 
 struct stage_layout {
@@ -628,6 +676,8 @@ static void table_fill(struct cs_backend *be)
     be->add_rmsnorm = cuda_op_add_rmsnorm;
     be->silu_mul = cuda_op_silu_mul;
     be->matmul_swiglu = cu_matmul_swiglu;
+    be->matmul_gated_rmsnorm = cu_matmul_gated_rmsnorm;
+    be->matmul_sigmoid_gate = cu_matmul_sigmoid_gate;
     be->head_norm_rope = cuda_op_head_norm_rope;
     be->kv_store = cuda_op_kv_store;
     be->attention = cuda_op_attention;

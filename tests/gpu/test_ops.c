@@ -247,6 +247,72 @@ static void test_ops_gated_norm(int Hq, int Hv, const char *tag)
     pair_free(&q), pair_free(&o), pair_free(&x), pair_free(&z), pair_free(&w);
 }
 
+/* Random Q8_0 rows as a GGUF holds them (34 bytes per 32 weights). */
+static uint8_t *q8_0_rows(int64_t n_in, int64_t n_out)
+{
+    size_t row_bytes = (size_t)n_in / 32 * 34;
+    uint8_t *h = malloc(row_bytes * (size_t)n_out);
+    for (int64_t r = 0; r < n_out; r++)
+        for (int64_t i = 0; i < n_in; i++) {
+            uint8_t *row = h + row_bytes * (size_t)r;
+            if (i % 32 == 0) {
+                uint16_t d = cs_float_to_half(0.01f + 0.01f * fabsf(frand()));
+                memcpy(row + i / 32 * 34, &d, 2);
+            }
+            row[i / 32 * 34 + 2 + i % 32] = (uint8_t)(int8_t)(frand() * 127);
+        }
+    return h;
+}
+
+/* The output projections with their gate fused into the GEMV's prologue
+ * (ops.h matmul_gated_rmsnorm, matmul_sigmoid_gate) equal the separate op
+ * then the matmul on the same backend, bit for bit: one decode token (the
+ * fused path) and 3 tokens (the fallback). Error = differing outputs. */
+static void test_ops_matmul_gated(int Hq, int Hv, int E, const char *tag)
+{
+    char name[80];
+    if (!gpu->matmul_gated_rmsnorm || !gpu->matmul_sigmoid_gate) {
+        report("matmul_gated: ops present", 1, 0);
+        return;
+    }
+    int D = 256, G = 128;
+    struct cs_weight wg, wa;
+    memset(&wg, 0, sizeof wg);
+    memset(&wa, 0, sizeof wa);
+    uint8_t *hg = q8_0_rows((int64_t)Hv * G, E), *ha = q8_0_rows((int64_t)Hq * D, E);
+    CHECK(gpu->weight_upload(gpu, &wg, CS_DTYPE_Q8_0, (int64_t)Hv * G, E, hg) == 0);
+    CHECK(gpu->weight_upload(gpu, &wa, CS_DTYPE_Q8_0, (int64_t)Hq * D, E, ha) == 0);
+    for (int T = 1; T <= 3; T += 2) {
+        size_t gn = (size_t)T * Hv * G, an = (size_t)T * Hq * D, qn = (size_t)T * Hq * 2 * D;
+        float *hx = randv(gn > an ? gn : an, 2.0f);
+        struct pair x1 = pair_new(hx, gn * 4), x2 = pair_new(hx, gn * 4);
+        struct pair z = pair_randv(gn, 3.0f), nw = pair_randv(G, 1.0f);
+        struct pair y1 = pair_new(NULL, (size_t)T * E * 4), y2 = pair_new(NULL, (size_t)T * E * 4);
+        float *ys[1] = {y2.g};
+        const struct cs_weight *ws[1] = {&wg};
+        CHECK(gpu->matmul_gated_rmsnorm(gpu, y1.g, &wg, x1.g, z.g, nw.g, Hv, G, 1e-6f, T) == 0);
+        CHECK(gpu->gated_rmsnorm(gpu, x2.g, z.g, nw.g, Hv, G, 1e-6f, T) == 0);
+        CHECK(gpu->matmul(gpu, 1, ys, ws, x2.g, T) == 0);
+        snprintf(name, sizeof name, "matmul_gated_rmsnorm %s T=%d", tag, T);
+        report(name, !pair_same(&y1, &y2, (size_t)T * E * 4), 0);
+        struct pair a1 = pair_new(hx, an * 4), a2 = pair_new(hx, an * 4), q = pair_randv(qn, 4.0f);
+        ws[0] = &wa;
+        CHECK(gpu->matmul_sigmoid_gate(gpu, y1.g, &wa, a1.g, (float *)q.g + D, Hq * 2 * D, 2 * D,
+                                       Hq, D, T) == 0);
+        CHECK(gpu->sigmoid_gate(gpu, a2.g, (float *)q.g + D, Hq * 2 * D, 2 * D, Hq, D, T) == 0);
+        CHECK(gpu->matmul(gpu, 1, ys, ws, a2.g, T) == 0);
+        snprintf(name, sizeof name, "matmul_sigmoid_gate %s T=%d", tag, T);
+        report(name, !pair_same(&y1, &y2, (size_t)T * E * 4), 0);
+        free(hx);
+        pair_free(&x1), pair_free(&x2), pair_free(&z), pair_free(&nw), pair_free(&y1);
+        pair_free(&y2), pair_free(&a1), pair_free(&a2), pair_free(&q);
+    }
+    gpu->weight_free(gpu, &wg);
+    gpu->weight_free(gpu, &wa);
+    free(hg);
+    free(ha);
+}
+
 static void test_ops_head_norm_rope(int Hq, const char *tag)
 {
     char name[64];
@@ -719,6 +785,9 @@ int main(void)
     test_ops_add_rmsnorm(2, 9000, "long row");
     test_ops_gated_norm(16, 32, "9B");
     test_ops_gated_norm(24, 48, "27B");
+    test_ops_matmul_gated(16, 32, 4096, "9B");
+    test_ops_matmul_gated(24, 48, 5120, "27B");
+    test_ops_matmul_gated(8, 16, 1024, "0.8B");
     test_ops_head_norm_rope(16, "9B");
     test_ops_head_norm_rope(24, "27B");
     test_ops_attention(16, 4, CS_DTYPE_F16, "9B f16");
