@@ -6,8 +6,10 @@
  * i = 4r + kq (r < 32) of the head's 128x128 state, held in 32 registers for
  * the whole step: the state is read and written once per step, not per
  * token (a sequential scan over the chunk's tokens with the state resident;
- * the chunked form is not used). Reductions over key rows are a fixed
- * 4-lane shuffle tree (batch invariant).
+ * the chunked form, gdn_chunked.cu, takes the sequences with at least
+ * GDN_CHUNKED_MIN_TOKENS tokens in the step: measured faster there, slower
+ * on short ones). Reductions over key rows are a fixed 4-lane shuffle tree
+ * (batch invariant: a sequence's path depends on its own token count only).
  *
  * Tokens are staged GDN_TB at a time: each warp loads the raw q, k, v, beta
  * and alpha of its GDN_TB / 4 tokens into registers (all loads in flight at
@@ -15,7 +17,10 @@
  * issued before the current batch is scanned, so the scan itself touches
  * only registers and shared memory and pays no global-memory latency per
  * token (it was ~1 us per token when each token was fetched on its own). */
+#include <limits.h>
+
 #include "cuda_util.cuh"
+#include "gdn_chunked.h"
 #include "launch.cuh"
 #include "ops_cuda.cuh"
 
@@ -25,6 +30,10 @@
 #define GDN_THREADS 128
 #define GDN_TB 16                          /* tokens staged per batch */
 #define GDN_TPW (GDN_TB / (GDN_THREADS / 32)) /* tokens per warp and batch */
+/* Sequences with this many tokens in a step take the chunked form
+ * (tests/gpu/test_gdn_chunked.c, H200: 9B shape 1.6x at 512 tokens, 27B
+ * 1.05x; a 300-token sequence among short ones was slower chunked). */
+#define GDN_CHUNKED_MIN_TOKENS 512
 
 struct gdn_tok {
     float q[GDN_DK], k[GDN_DK], v[GDN_COLS];
@@ -113,15 +122,15 @@ static __device__ __forceinline__ void gdn_store(struct gdn_tok *buf, const stru
 }
 
 static __global__ void __launch_bounds__(GDN_THREADS)
-    k_gdn(struct gdn_args g, const int32_t *seq_start, const int32_t *slot)
+    k_gdn(struct gdn_args g, const int32_t *seq_start, const int32_t *slot, int max_len)
 {
     cuda_pdl_enter();   /* launch.cuh: before any read or write */
     __shared__ struct gdn_tok buf[GDN_TB];
     int cg = blockIdx.x, h = blockIdx.y, s = blockIdx.z;
     int sl = slot[s];
     int t0 = seq_start[s], t1 = seq_start[s + 1];
-    if (sl < 0 || sl >= g.n_slots || t0 >= t1)
-        return;
+    if (sl < 0 || sl >= g.n_slots || t0 >= t1 || t1 - t0 >= max_len)
+        return;   /* max_len: the chunked form has the long ones */
     int j = threadIdx.x >> 2, kq = threadIdx.x & 3;
     int col0 = cg * GDN_COLS, col = col0 + j;
     struct gdn_raw raw;
@@ -188,6 +197,24 @@ int cuda_op_gdn(struct cs_backend *be, float *out, const float *y, const float *
     }
     if (b->n_seqs <= 0)
         return CS_OK;
+    int max_len = INT_MAX, n_short = 0;
+    for (int s = 0; s < b->n_seqs; s++) {
+        int n = b->seq_start[s + 1] - b->seq_start[s];
+        if (n >= GDN_CHUNKED_MIN_TOKENS)
+            max_len = GDN_CHUNKED_MIN_TOKENS;
+        else
+            n_short++;
+    }
+    if (max_len != INT_MAX) {
+        rc = cuda_gdn_chunked_from(be, out, y, beta_raw, alpha_raw, a, dt_bias, eps, st, b,
+                                   GDN_CHUNKED_MIN_TOKENS);
+        if (rc == CS_EUNSUPPORTED)   /* e.g. too little shared memory: all by the scan */
+            max_len = INT_MAX, n_short = b->n_seqs;
+        else if (rc != CS_OK)
+            return rc;
+        if (n_short == 0)
+            return CS_OK;
+    }
     struct gdn_args g;
     g.y = y;
     g.beta_raw = beta_raw;
@@ -203,6 +230,6 @@ int cuda_op_gdn(struct cs_backend *be, float *out, const float *y, const float *
     g.conv_dim = st->conv_dim;
     dim3 grid(GDN_DV / GDN_COLS, st->n_v_heads, b->n_seqs);
     CS_CUDA_CHECK(cuda_launch(k_gdn, grid, GDN_THREADS, 0, c->stream, g, c->batch.seq_start,
-                              c->batch.slot));
+                              c->batch.slot, max_len));
     return CS_OK;
 }

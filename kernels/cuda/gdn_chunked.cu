@@ -51,9 +51,9 @@
  * programmatic dependent of the previous kernel, waiting before any access).
  * No tensor-core instructions, no sm_80+ features (compiles for sm_70; needs
  * 86 KB of opt-in shared memory per block: sm_70 and later). The scratch
- * buffer is kept per (backend context, device) in a small table here;
- * wiring this in would move it into struct cuda_ctx. */
-#include <pthread.h>
+ * buffer is the backend's (struct cuda_ctx gdnc_scratch). The gdn op
+ * (gdn.cu) runs it for the sequences with >= GDN_CHUNKED_MIN_TOKENS tokens
+ * in a step. */
 
 #include "cuda_util.cuh"
 #include "gdn_chunked.h"
@@ -78,6 +78,7 @@ struct gdnc_args {
     float eps;
     int n_slots, n_k_heads, n_v_heads, conv_dim, n_seqs;
     int w0, w1;                 /* the window: chunks whose first token is in [w0, w1) */
+    int min_len;                /* sequences with fewer tokens in the step are not ours */
 };
 
 static __device__ __forceinline__ float gdnc_softplus(float x)
@@ -169,7 +170,7 @@ static __global__ void __launch_bounds__(GDNC_THREADS, 2)
     int k = blockIdx.x, s, c = -1;
     for (s = 0; s < g.n_seqs; s++) {
         int sl = slot[s], t0 = seq_start[s], t1 = seq_start[s + 1], lo, hi;
-        if (sl < 0 || sl >= g.n_slots || t0 >= t1)
+        if (sl < 0 || sl >= g.n_slots || t0 >= t1 || t1 - t0 < g.min_len)
             continue;
         gdnc_chunks(t0, t1, g.w0, g.w1, &lo, &hi);
         if (k < hi - lo) {
@@ -346,7 +347,7 @@ static __global__ void __launch_bounds__(GDNC_THREADS, 1)
     float *Tm = Qs, *Pm = Qs + GDNC_C * GDNC_LDT, *Rs = Ss, *Ws = Ss + GDNC_C * GDNC_COLS;
     int cg = blockIdx.x, h = blockIdx.y, s = blockIdx.z;
     int sl = slot[s], t0 = seq_start[s], t1 = seq_start[s + 1], lo, hi;
-    if (sl < 0 || sl >= g.n_slots || t0 >= t1)
+    if (sl < 0 || sl >= g.n_slots || t0 >= t1 || t1 - t0 < g.min_len)
         return;
     gdnc_chunks(t0, t1, g.w0, g.w1, &lo, &hi);
     if (lo >= hi)
@@ -554,36 +555,12 @@ static __global__ void __launch_bounds__(GDNC_THREADS, 1)
 
 /* ---- host ---- */
 
-/* Scratch buffers, one per (backend context, device). */
-#define GDNC_MAX_CTX 16
-static struct {
-    const void *ctx;
-    int device;
-    void *buf;
-    size_t cap;
-} g_gdnc_scratch[GDNC_MAX_CTX];
-static pthread_mutex_t g_gdnc_lock = PTHREAD_MUTEX_INITIALIZER;
-
+/* The per-window T, P, G, beta buffer: the backend's (struct cuda_ctx), grown
+ * on demand and freed with it. */
 static int gdnc_scratch(struct cuda_ctx *c, size_t bytes, float **out)
 {
-    pthread_mutex_lock(&g_gdnc_lock);
-    int e = -1;
-    for (int i = 0; i < GDNC_MAX_CTX && e < 0; i++)
-        if (g_gdnc_scratch[i].ctx == c && g_gdnc_scratch[i].device == c->device)
-            e = i;
-    for (int i = 0; i < GDNC_MAX_CTX && e < 0; i++)
-        if (!g_gdnc_scratch[i].ctx) {
-            e = i;
-            g_gdnc_scratch[i].ctx = c;
-            g_gdnc_scratch[i].device = c->device;
-        }
-    int rc = CS_ENOMEM;
-    if (e >= 0)
-        rc = cuda_buffer_reserve(&g_gdnc_scratch[e].buf, &g_gdnc_scratch[e].cap, bytes);
-    *out = rc == CS_OK ? (float *)g_gdnc_scratch[e].buf : NULL;
-    pthread_mutex_unlock(&g_gdnc_lock);
-    if (e < 0)
-        LOG_ERROR("cuda", "gdn_chunked: more than %d backend contexts", GDNC_MAX_CTX);
+    int rc = cuda_buffer_reserve(&c->gdnc_scratch, &c->gdnc_scratch_cap, bytes);
+    *out = rc == CS_OK ? (float *)c->gdnc_scratch : NULL;
     return rc;
 }
 
@@ -595,6 +572,13 @@ cudaStream_t cuda_gdn_chunked_stream(struct cs_backend *be)
 int cuda_op_gdn_chunked(struct cs_backend *be, float *out, const float *y, const float *beta_raw,
                         const float *alpha_raw, const float *a, const float *dt_bias, float eps,
                         struct cs_gdn_layer *st, const struct cs_batch *b)
+{
+    return cuda_gdn_chunked_from(be, out, y, beta_raw, alpha_raw, a, dt_bias, eps, st, b, 1);
+}
+
+int cuda_gdn_chunked_from(struct cs_backend *be, float *out, const float *y, const float *beta_raw,
+                          const float *alpha_raw, const float *a, const float *dt_bias, float eps,
+                          struct cs_gdn_layer *st, const struct cs_batch *b, int min_len)
 {
     struct cuda_ctx *c = cuda_ctx_of(be);
     int rc = cuda_batch_check(c, b, "gdn_chunked");
@@ -638,12 +622,13 @@ int cuda_op_gdn_chunked(struct cs_backend *be, float *out, const float *y, const
     g.n_v_heads = st->n_v_heads;
     g.conv_dim = st->conv_dim;
     g.n_seqs = b->n_seqs;
+    g.min_len = min_len;
     for (int w0 = 0; w0 < b->n_tokens; w0 += GDNC_WIN) {
         int w1 = w0 + GDNC_WIN < b->n_tokens ? w0 + GDNC_WIN : b->n_tokens;
         int n_chunks = 0;   /* the chunks k_gdnc_prep enumerates, counted the same way */
         for (int s = 0; s < b->n_seqs; s++) {
             int t0 = b->seq_start[s], t1 = b->seq_start[s + 1], lo, hi;
-            if (b->slot[s] < 0 || b->slot[s] >= st->n_slots || t0 >= t1)
+            if (b->slot[s] < 0 || b->slot[s] >= st->n_slots || t0 >= t1 || t1 - t0 < min_len)
                 continue;
             gdnc_chunks(t0, t1, w0, w1, &lo, &hi);
             n_chunks += hi - lo;

@@ -1,8 +1,10 @@
 /* gdn_chunked.h - the C entry of kernels/cuda/gdn_chunked.cu: the gated
  * delta rule of kernels/ops.h (`gdn`) in the chunked (WY) form, FP32, a
  * prefill candidate measured against the sequential scan of gdn.cu
- * (tests/gpu/test_gdn_chunked.c). Not in the backend's op table: whether it
- * replaces the scan for long prompts is decided from that measurement.
+ * (tests/gpu/test_gdn_chunked.c). The gdn op (gdn.cu) hands it the
+ * sequences with at least GDN_CHUNKED_MIN_TOKENS tokens in a step, where it
+ * measured faster on an H200 (9B shape 1.6x, 27B 1.05x at 512-8,192 tokens);
+ * shorter ones stay with the scan.
  *
  * cuda_op_gdn_chunked has exactly the arguments and semantics of
  * cuda_op_gdn (the `gdn` entry of struct cs_backend on CUDA): same inputs,
@@ -24,6 +26,12 @@ extern "C" {
 int cuda_op_gdn_chunked(struct cs_backend *be, float *out, const float *y, const float *beta_raw,
                         const float *alpha_raw, const float *a, const float *dt_bias, float eps,
                         struct cs_gdn_layer *st, const struct cs_batch *b);
+
+/* cuda_op_gdn_chunked for the sequences with at least min_len tokens in
+ * this step only (the others are left to the scan: gdn.cu). */
+int cuda_gdn_chunked_from(struct cs_backend *be, float *out, const float *y, const float *beta_raw,
+                          const float *alpha_raw, const float *a, const float *dt_bias, float eps,
+                          struct cs_gdn_layer *st, const struct cs_batch *b, int min_len);
 
 /* The CUDA backend's compute stream, on which every op is queued (tests
  * time ops with CUDA events recorded on it). */

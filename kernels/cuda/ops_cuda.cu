@@ -639,6 +639,7 @@ static void cu_destroy(struct cs_backend *be)
         cuda_mem_generation_bump();
         cudaFree(c->attn_part);
         cudaFree(c->mm_scratch);
+        cudaFree(c->gdnc_scratch);
         cuda_matmul_release_stream(c->stream);
         cudaFree(c->d_sample);
         cudaFreeHost(c->h_sample);

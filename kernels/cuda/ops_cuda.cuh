@@ -76,6 +76,8 @@ struct cuda_ctx {
     /* Q8_1 activations of cuda_matmul (grows as needed) */
     void *mm_scratch;
     size_t mm_scratch_cap;
+    void *gdnc_scratch;   /* gdn_chunked.cu: a window's per-chunk matrices */
+    size_t gdnc_scratch_cap;
     /* sampling buffers (grow as needed) */
     void *d_sample, *h_sample;
     size_t sample_cap;

@@ -424,9 +424,10 @@ static void test_ops_gdn(int Gk, int Hv, const char *tag)
         free(h);
     }
     double e_out = 0, e_conv = 0;
-    for (int step = 0; step < 3; step++) {   /* prefill + decode, mixed, pure decode (fused conv) */
-        int len[3] = {step ? 1 : 40, 1, step == 1 ? 3 : 1};
-        int start[3] = {step ? 39 + step : 0, 9 + step, step == 2 ? 4 : 1};
+    /* prefill (600 tokens: the chunked form, gdn_chunked.cu) + decode, mixed, pure decode (fused conv) */
+    for (int step = 0; step < 3; step++) {
+        int len[3] = {step ? 1 : 600, 1, step == 1 ? 3 : 1};
+        int start[3] = {step ? 599 + step : 0, 9 + step, step == 2 ? 4 : 1};
         int sl[3] = {2, 0, 3};
         struct tb t;
         tb_init(&t, 3, len, start, sl, 1);
