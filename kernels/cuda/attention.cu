@@ -94,6 +94,26 @@ static __device__ __forceinline__ void tile_fetch(tile_regs<T, D> &r, const stru
     size_t row_elems = (size_t)a.n_kv * D;
     size_t page_elems = 2 * (size_t)a.page_size * row_elems;
     const T *pages = (const T *)a.pages;
+    if (a.page_size % ATT_TK == 0 && p0 % ATT_TK == 0) {
+        /* the tile lies in one page: one page-table lookup and one division
+         * for the tile instead of one per load (the address arithmetic was
+         * a large share of the decode kernel's instructions) */
+        int pi = p0 / a.page_size;
+        int pg = pi < a.max_pages ? a.page_table[(size_t)seq * a.max_pages + pi] : -1;
+        bool ok = pg >= 0 && pg < a.n_pages;
+        const T *base = pages + (size_t)(ok ? pg : 0) * page_elems +
+                        (size_t)which * a.page_size * row_elems +
+                        (size_t)(p0 - pi * a.page_size) * row_elems + (size_t)h * D;
+#pragma unroll
+        for (int it = 0; it < tile_regs<T, D>::N; it++) {
+            int c = threadIdx.x + it * ATT_WARPS * 32;
+            int j = c / per_row, e = (c - j * per_row) * vec;
+            r.v[it] = make_int4(0, 0, 0, 0);
+            if (ok && p0 + j < p_end)
+                r.v[it] = __ldg((const int4 *)(base + (size_t)j * row_elems + e));
+        }
+        return;
+    }
 #pragma unroll
     for (int it = 0; it < tile_regs<T, D>::N; it++) {
         int c = threadIdx.x + it * ATT_WARPS * 32;
@@ -253,7 +273,7 @@ static __global__ void __launch_bounds__(ATT_WARPS * 32)
 /* Decode split: block (split, kv head, decode token). Partials:
  * acc [dec][n_heads][max_splits][D], ml [dec][n_heads][max_splits] (m, l). */
 template <typename T, int D, int RPW>
-static __global__ void __launch_bounds__(ATT_WARPS * 32)
+static __global__ void __launch_bounds__(ATT_WARPS * 32, RPW <= 2 ? 4 : 2)   /* 4 per SM: 128 regs */
     k_attn_decode(float *part_acc, float2 *part_ml, struct att_args a, const int32_t *dec,
                   int max_splits)
 {
