@@ -182,11 +182,33 @@ static __global__ void __launch_bounds__(GDN_THREADS)
         S_g[(size_t)(4 * r + kq) * GDN_DV] = S[r];
 }
 
-int cuda_op_gdn(struct cs_backend *be, float *out, const float *y, const float *beta_raw,
-                const float *alpha_raw, const float *a, const float *dt_bias, float eps,
-                struct cs_gdn_layer *st, const struct cs_batch *b)
+/* k_gdn over the sequences with fewer than max_len tokens in the step
+ * (INT_MAX: all of them); the caller checked the batch and the shapes. */
+static int gdn_scan(struct cuda_ctx *c, float *out, const float *y, const float *beta_raw,
+                    const float *alpha_raw, const float *a, const float *dt_bias, float eps,
+                    const struct cs_gdn_layer *st, int n_seqs, int max_len)
 {
-    struct cuda_ctx *c = cuda_ctx_of(be);
+    struct gdn_args g;
+    g.y = y;
+    g.beta_raw = beta_raw;
+    g.alpha_raw = alpha_raw;
+    g.a = a;
+    g.dt_bias = dt_bias;
+    g.out = out;
+    g.rec = st->rec;
+    g.eps = eps;
+    g.n_slots = st->n_slots;
+    g.n_k_heads = st->n_k_heads;
+    g.n_v_heads = st->n_v_heads;
+    g.conv_dim = st->conv_dim;
+    dim3 grid(GDN_DV / GDN_COLS, st->n_v_heads, n_seqs);
+    CS_CUDA_CHECK(cuda_launch(k_gdn, grid, GDN_THREADS, 0, c->stream, g, c->batch.seq_start,
+                              c->batch.slot, max_len));
+    return CS_OK;
+}
+
+static int gdn_check(struct cuda_ctx *c, const struct cs_gdn_layer *st, const struct cs_batch *b)
+{
     int rc = cuda_batch_check(c, b, "gdn");
     if (rc != CS_OK)
         return rc;
@@ -195,6 +217,28 @@ int cuda_op_gdn(struct cs_backend *be, float *out, const float *y, const float *
                   st->value_dim, GDN_DK, GDN_DV);
         return CS_EUNSUPPORTED;
     }
+    return CS_OK;
+}
+
+int cuda_gdn_scan(struct cs_backend *be, float *out, const float *y, const float *beta_raw,
+                  const float *alpha_raw, const float *a, const float *dt_bias, float eps,
+                  struct cs_gdn_layer *st, const struct cs_batch *b)
+{
+    struct cuda_ctx *c = cuda_ctx_of(be);
+    int rc = gdn_check(c, st, b);
+    if (rc != CS_OK || b->n_seqs <= 0)
+        return rc;
+    return gdn_scan(c, out, y, beta_raw, alpha_raw, a, dt_bias, eps, st, b->n_seqs, INT_MAX);
+}
+
+int cuda_op_gdn(struct cs_backend *be, float *out, const float *y, const float *beta_raw,
+                const float *alpha_raw, const float *a, const float *dt_bias, float eps,
+                struct cs_gdn_layer *st, const struct cs_batch *b)
+{
+    struct cuda_ctx *c = cuda_ctx_of(be);
+    int rc = gdn_check(c, st, b);
+    if (rc != CS_OK)
+        return rc;
     if (b->n_seqs <= 0)
         return CS_OK;
     int max_len = INT_MAX, n_short = 0;
@@ -215,21 +259,5 @@ int cuda_op_gdn(struct cs_backend *be, float *out, const float *y, const float *
         if (n_short == 0)
             return CS_OK;
     }
-    struct gdn_args g;
-    g.y = y;
-    g.beta_raw = beta_raw;
-    g.alpha_raw = alpha_raw;
-    g.a = a;
-    g.dt_bias = dt_bias;
-    g.out = out;
-    g.rec = st->rec;
-    g.eps = eps;
-    g.n_slots = st->n_slots;
-    g.n_k_heads = st->n_k_heads;
-    g.n_v_heads = st->n_v_heads;
-    g.conv_dim = st->conv_dim;
-    dim3 grid(GDN_DV / GDN_COLS, st->n_v_heads, b->n_seqs);
-    CS_CUDA_CHECK(cuda_launch(k_gdn, grid, GDN_THREADS, 0, c->stream, g, c->batch.seq_start,
-                              c->batch.slot, max_len));
-    return CS_OK;
+    return gdn_scan(c, out, y, beta_raw, alpha_raw, a, dt_bias, eps, st, b->n_seqs, max_len);
 }

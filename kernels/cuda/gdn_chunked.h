@@ -33,6 +33,12 @@ int cuda_gdn_chunked_from(struct cs_backend *be, float *out, const float *y, con
                           const float *alpha_raw, const float *a, const float *dt_bias, float eps,
                           struct cs_gdn_layer *st, const struct cs_batch *b, int min_len);
 
+/* The sequential scan (gdn.cu) for every sequence of the batch, whatever its
+ * length: what the chunked form is compared with and timed against. */
+int cuda_gdn_scan(struct cs_backend *be, float *out, const float *y, const float *beta_raw,
+                  const float *alpha_raw, const float *a, const float *dt_bias, float eps,
+                  struct cs_gdn_layer *st, const struct cs_batch *b);
+
 /* The CUDA backend's compute stream, on which every op is queued (tests
  * time ops with CUDA events recorded on it). */
 cudaStream_t cuda_gdn_chunked_stream(struct cs_backend *be);

@@ -1,6 +1,7 @@
 /* test_gdn_chunked.c - proves that cuda_op_gdn_chunked (kernels/cuda/gdn_chunked.cu, the
- * chunked WY form of the gated delta rule) computes what the sequential scan computes (the
- * CUDA backend's gdn op, cuda_op_gdn, itself checked against the CPU by test_gpu_ops), and
+ * chunked WY form of the gated delta rule) computes what the sequential scan computes
+ * (cuda_gdn_scan, gdn.cu; the gdn op, which picks between the two per sequence, is checked
+ * against the CPU by test_gpu_ops), and
  * measures both, at the real 9B (16 key heads, 32 value heads) and 27B (16, 48) shapes:
  * prompts of 512, 2048 and 8192 tokens in one sequence (8192 spans four 2048-token windows
  * of the chunked kernels), and a batch of three sequences of 100, 1 and 300 tokens in slots
@@ -104,7 +105,8 @@ static float run_once(struct gdn_io *io, int chunked, cudaEvent_t e0, cudaEvent_
         *rc = cuda_op_gdn_chunked(gpu, io->out, io->y, io->br, io->ar, io->a, io->dt, 1e-6f, &io->st,
                                   io->b);
     else
-        *rc = gpu->gdn(gpu, io->out, io->y, io->br, io->ar, io->a, io->dt, 1e-6f, &io->st, io->b);
+        *rc = cuda_gdn_scan(gpu, io->out, io->y, io->br, io->ar, io->a, io->dt, 1e-6f, &io->st,
+                            io->b);
     cudaEventRecord(e1, s);
     cudaEventSynchronize(e1);
     float ms = 0;
