@@ -273,7 +273,7 @@ static __global__ void __launch_bounds__(ATT_WARPS * 32)
 /* Decode split: block (split, kv head, decode token). Partials:
  * acc [dec][n_heads][max_splits][D], ml [dec][n_heads][max_splits] (m, l). */
 template <typename T, int D, int RPW>
-static __global__ void __launch_bounds__(ATT_WARPS * 32, RPW <= 2 ? 4 : 2)   /* 4 per SM: 128 regs */
+static __global__ void __launch_bounds__(ATT_WARPS * 32, RPW <= 2 ? 4 : 2)   /* 1-2 rows a warp: 4 per SM (128 regs) */
     k_attn_decode(float *part_acc, float2 *part_ml, struct att_args a, const int32_t *dec,
                   int max_splits)
 {
