@@ -20,8 +20,14 @@ import sys
 PLAIN_FILES = {"probe.cu", "repack.cu"}
 
 
+def strip_comments(src):
+    return re.sub(r"/\*.*?\*/|//[^\n]*", " ", src, flags=re.S)
+
+
 def kernels(src):
-    """(name, body) of every __global__ function defined in src."""
+    """(name, body) of every __global__ function defined in src (comments
+    removed first: a parenthesis in a comment is not a parameter list)."""
+    src = strip_comments(src)
     out = []
     for m in re.finditer(r"__global__", src):
         head = src[m.end():m.end() + 400]
@@ -56,11 +62,12 @@ def problems(files):
     """files: {name: source}. Returns a list of violations."""
     bad = []
     for fname, src in sorted(files.items()):
+        src = strip_comments(src)
         launched = set(re.findall(r"cuda_launch\(\s*(\w+)", src))
         if fname not in PLAIN_FILES and re.search(r"<<<", src):
             bad.append("%s: a <<<>>> launch outside the load-time files" % fname)
         for name, body in kernels(src):
-            code = re.sub(r"/\*.*?\*/|//[^\n]*", "", body, flags=re.S)
+            code = body
             if fname in PLAIN_FILES:
                 if "cuda_pdl_" in code:
                     bad.append("%s: %s is launched plain but uses PDL" % (fname, name))
@@ -90,6 +97,12 @@ def main():
                        "    cuda_pdl_enter();\n    p[0] = 1;\n}\nint f(){ return cuda_launch(k_bad, 1, 1, 0, 0, 0); }\n"}
     if not problems(planted):
         print("FAIL: the self-check's planted early return was not found")
+        return 1
+    good = {"y.cu": "static __global__ void __launch_bounds__(32, 4)   /* 4 per SM (128 regs) */\n"
+                    "    k_ok(int *p)\n{\n    cuda_pdl_enter();\n    if (!p)\n        return;\n}\n"
+                    "int g(){ return cuda_launch(k_ok, 1, 1, 0, 0, 0); }\n"}
+    if problems(good) or [n for n, _ in kernels(good["y.cu"])] != ["k_ok"]:
+        print("FAIL: the self-check's good kernel (a parenthesis in a comment) was misread")
         return 1
     d = sys.argv[1]
     files = {f: open(os.path.join(d, f)).read() for f in os.listdir(d) if f.endswith(".cu")}
