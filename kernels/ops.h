@@ -215,6 +215,16 @@ struct cs_backend {
      * of every token into its sequence's pages at its position. */
     int (*kv_store)(struct cs_backend *be, struct cs_kv_layer *kv, const float *k, int k_stride,
                     const float *v, int v_stride, const struct cs_batch *b);
+    /* Optional (NULL: the model runs the three ops): head_norm_rope of q
+     * (n_head heads) with q_norm and of k (n_head_kv heads, token stride
+     * kv_stride, head stride head_dim) with k_norm, then kv_store of k and v
+     * (token stride kv_stride). Bitwise equal to the three ops (CUDA: one
+     * launch). */
+    int (*qk_norm_rope_store)(struct cs_backend *be, float *q, int q_token_stride,
+                              int q_head_stride, int n_head, float *k, const float *v,
+                              int kv_stride, int n_head_kv, int head_dim, const float *q_norm,
+                              const float *k_norm, int rope_dims, float rope_base, float eps,
+                              struct cs_kv_layer *kv, const struct cs_batch *b);
     /* Causal attention of every token over positions 0..pos of its sequence
      * (read from the pages, so kv_store first). q head h of token t at
      * q + t*q_token_stride + h*q_head_stride; query head h uses kv head

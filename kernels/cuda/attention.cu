@@ -9,27 +9,22 @@
  * A lane holds DPL = head_dim/32 dims of a row: dims 64*(i/2) + 2*lane + i%2,
  * so shared-memory reads are 2-element vectors.
  *
- * Work is split per sequence, which keeps it batch invariant (ops.h):
- * - decode (the sequence has one token in the step): flash-decoding. Block
- *   (split s, kv head, token) covers split s of the token's context
- *   (ops_cuda.cuh cs_attn_split_len: 64 to 256 positions) and writes
- *   an unnormalised partial (acc, m, l); a combine kernel merges the splits of
- *   each (token, head) in split order. Split boundaries depend only on the
- *   position.
- * - prefill (several tokens): block (query tile of up to CS_ATTN_QTILE
- *   consecutive tokens, kv head) runs over all positions 0..max pos of the
- *   tile, masking each row causally, and writes the normalised output.
+ * Prefill (a sequence with several tokens in the step): block (query tile
+ * of up to CS_ATTN_QTILE consecutive tokens, kv head) runs over all
+ * positions 0..max pos of the tile, masking each row causally, and writes
+ * the normalised output; per sequence, so batch invariant (ops.h). Decode
+ * tokens go to attention_decode.cu.
  * Positions whose page is out of range read as zeros (no out-of-bounds). */
 #include <cuda_fp16.h>
 
 #include "../../common/gguf.h"
+#include "attention_decode.h"
 #include "cuda_util.cuh"
 #include "launch.cuh"
 #include "ops_cuda.cuh"
 
 #define ATT_WARPS 4
 #define ATT_TK 32
-#define ATT_PART_MAX_BYTES ((size_t)256 << 20)
 
 /* Two consecutive elements of a tile row as floats. */
 static __device__ __forceinline__ float2 tile_pair(const float *row, int d)
@@ -270,131 +265,24 @@ static __global__ void __launch_bounds__(ATT_WARPS * 32)
     }
 }
 
-/* Decode split: block (split, kv head, decode token). Partials:
- * acc [dec][n_heads][max_splits][D], ml [dec][n_heads][max_splits] (m, l). */
 template <typename T, int D, int RPW>
-static __global__ void __launch_bounds__(ATT_WARPS * 32, RPW <= 2 ? 4 : 2)   /* 1-2 rows a warp: 4 per SM (128 regs) */
-    k_attn_decode(float *part_acc, float2 *part_ml, struct att_args a, const int32_t *dec,
-                  int max_splits)
+static int attn_launch_rpw(struct cuda_ctx *c, float *out, const struct att_args &a)
 {
-    cuda_pdl_enter();   /* launch.cuh: before any read or write */
-    __shared__ __align__(16) T tile[ATT_TK * D];
-    int s = blockIdx.x, h = blockIdx.y, di = blockIdx.z;
-    int t = dec[di];
-    int len = cs_attn_split_len(a.pos[t]);
-    int p_begin = s * len;
-    int p_end = min(p_begin + len, a.pos[t] + 1);
-    if (p_begin >= p_end)
-        return;
-    att_state<T, D, RPW> st;
-    att_pass<T, D, RPW>(st, tile, a, a.seq_of[t], h, t, a.group, p_begin, p_end);
-    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-#pragma unroll
-    for (int k = 0; k < RPW; k++) {
-        int r = warp + ATT_WARPS * k;
-        if (r >= a.group)
-            continue;
-        size_t idx = ((size_t)di * a.n_heads + h * a.group + r) * max_splits + s;
-        float *o = part_acc + idx * D;
-#pragma unroll
-        for (int i = 0; i < D / 32; i++)
-            o[lane_dim(lane, i)] = st.acc[k][i];
-        if (lane == 0)
-            part_ml[idx] = make_float2(st.m[k], st.l[k]);
-    }
-}
-
-#define ATT_COMBINE_CHUNK 1024   /* splits whose weights sit in shared memory at once */
-#define ATT_COMBINE_U 16         /* partial loads in flight per thread */
-
-/* Combine: block (query head, decode token), one thread per dim, splits
- * merged in order. The splits' maximum and weights exp(m_s - M) are
- * computed by all threads at once into shared memory (each thread once
- * walked every split's (m, l) itself: at 32K, 129 dependent L2 round trips
- * and ~40 us per layer); each thread then adds its dim's partials in split
- * order, ATT_COMBINE_U loads in flight. The same expressions in the same
- * order as before, so the same bits. */
-static __global__ void k_attn_combine(float *out, const float *part_acc, const float2 *part_ml,
-                                      const int32_t *dec, const int32_t *pos, int n_heads, int D,
-                                      int max_splits)
-{
-    cuda_pdl_enter();   /* launch.cuh: before any read or write */
-    __shared__ float s_w[ATT_COMBINE_CHUNK], s_l[ATT_COMBINE_CHUNK], scratch[32];
-    __shared__ unsigned char s_skip[ATT_COMBINE_CHUNK];
-    int qh = blockIdx.x, di = blockIdx.y;
-    int t = dec[di];
-    int n_s = cs_attn_n_splits(pos[t]);
-    size_t base = ((size_t)di * n_heads + qh) * max_splits;
-    float m = -INFINITY;
-    for (int s = threadIdx.x; s < n_s; s += blockDim.x)
-        m = fmaxf(m, part_ml[base + s].x);
-    float M = block_max(m, scratch);   /* a maximum: the same in any order */
-    int d = threadIdx.x;               /* blockDim.x == D */
-    float L = 0.0f, o = 0.0f;
-    for (int c0 = 0; c0 < n_s; c0 += ATT_COMBINE_CHUNK) {
-        int c1 = min(n_s, c0 + ATT_COMBINE_CHUNK);
-        __syncthreads();   /* the previous chunk's weights are no longer read */
-        for (int s = c0 + threadIdx.x; s < c1; s += blockDim.x) {
-            float2 ml = part_ml[base + s];
-            s_skip[s - c0] = ml.x == -INFINITY;
-            s_w[s - c0] = ml.x == -INFINITY ? 0.0f : expf(ml.x - M);
-            s_l[s - c0] = ml.y;
-        }
-        __syncthreads();
-        for (int s0 = c0; s0 < c1; s0 += ATT_COMBINE_U) {
-            float a[ATT_COMBINE_U];
-#pragma unroll
-            for (int u = 0; u < ATT_COMBINE_U; u++)
-                a[u] = s0 + u < c1 ? part_acc[(base + s0 + u) * D + d] : 0.0f;
-#pragma unroll
-            for (int u = 0; u < ATT_COMBINE_U; u++) {
-                int i = s0 + u - c0;
-                if (s0 + u >= c1)
-                    break;
-                if (s_skip[i])
-                    continue;
-                float w = s_w[i];
-                L += s_l[i] * w;
-                o += a[u] * w;
-            }
-        }
-    }
-    out[(size_t)t * n_heads * D + (size_t)qh * D + d] = L > 0.0f ? o / L : 0.0f;
-}
-
-template <typename T, int D, int RPW>
-static int attn_launch_rpw(struct cuda_ctx *c, float *out, const struct att_args &a, bool decode,
-                           int dec0, int n_dec, int max_splits)
-{
-    const struct cuda_batch *cb = &c->batch;
-    if (!decode) {
-        dim3 grid(cb->n_qtiles, a.n_kv);
-        CS_CUDA_CHECK(cuda_launch(k_attn_prefill<T, D, RPW>, grid, ATT_WARPS * 32, 0, c->stream,
-                                  out, a, cb->qtiles));
-        return CS_OK;
-    }
-    size_t rows = (size_t)n_dec * a.n_heads * max_splits;
-    float *acc = c->attn_part;
-    float2 *ml = (float2 *)(acc + rows * D);
-    dim3 grid(max_splits, a.n_kv, n_dec);
-    CS_CUDA_CHECK(cuda_launch(k_attn_decode<T, D, RPW>, grid, ATT_WARPS * 32, 0, c->stream, acc, ml,
-                              a, cb->dec_tokens + dec0, max_splits));
-    CS_CUDA_CHECK(cuda_launch(k_attn_combine, dim3(a.n_heads, n_dec), D, 0, c->stream, out, acc, ml,
-                              cb->dec_tokens + dec0, a.pos, a.n_heads, D, max_splits));
+    dim3 grid(c->batch.n_qtiles, a.n_kv);
+    CS_CUDA_CHECK(cuda_launch(k_attn_prefill<T, D, RPW>, grid, ATT_WARPS * 32, 0, c->stream, out,
+                              a, c->batch.qtiles));
     return CS_OK;
 }
 
 template <typename T, int D>
-static int attn_launch(struct cuda_ctx *c, float *out, const struct att_args &a, bool decode,
-                       int dec0, int n_dec, int max_splits)
+static int attn_launch(struct cuda_ctx *c, float *out, const struct att_args &a)
 {
-    int rows = decode ? a.group : CS_ATTN_QTILE * a.group;
-    int rpw = (rows + ATT_WARPS - 1) / ATT_WARPS;
+    int rpw = (CS_ATTN_QTILE * a.group + ATT_WARPS - 1) / ATT_WARPS;
     switch (rpw) {
-    case 1: return attn_launch_rpw<T, D, 1>(c, out, a, decode, dec0, n_dec, max_splits);
-    case 2: return attn_launch_rpw<T, D, 2>(c, out, a, decode, dec0, n_dec, max_splits);
-    case 3: return attn_launch_rpw<T, D, 3>(c, out, a, decode, dec0, n_dec, max_splits);
-    case 4: return attn_launch_rpw<T, D, 4>(c, out, a, decode, dec0, n_dec, max_splits);
+    case 1: return attn_launch_rpw<T, D, 1>(c, out, a);
+    case 2: return attn_launch_rpw<T, D, 2>(c, out, a);
+    case 3: return attn_launch_rpw<T, D, 3>(c, out, a);
+    case 4: return attn_launch_rpw<T, D, 4>(c, out, a);
     default:
         LOG_ERROR("cuda", "attention: GQA group %d too large (max %d)", a.group,
                   4 * ATT_WARPS / CS_ATTN_QTILE);
@@ -402,52 +290,21 @@ static int attn_launch(struct cuda_ctx *c, float *out, const struct att_args &a,
     }
 }
 
-template <typename T>
-static int attn_dispatch(struct cuda_ctx *c, float *out, const struct att_args &a, bool decode,
-                         int dec0, int n_dec, int max_splits)
+/* Every Qwen3.5/3.6 size has head_dim 256; the kernels take any multiple of
+ * 64 as a template argument, instantiated only where needed (each instance
+ * costs compile time for every architecture). */
+static int attn_prefill(struct cuda_ctx *c, float *out, const struct att_args &a, uint32_t kv_type)
 {
-    /* Every Qwen3.5/3.6 size has head_dim 256; the kernels take any multiple
-     * of 64 as a template argument, instantiated only where needed (each
-     * instance costs compile time for every architecture). */
-    if (a.head_dim == 256)
-        return attn_launch<T, 256>(c, out, a, decode, dec0, n_dec, max_splits);
-    LOG_ERROR("cuda", "attention: head_dim %d unsupported (256)", a.head_dim);
-    return CS_EUNSUPPORTED;
-}
-
-static int attn_run(struct cuda_ctx *c, float *out, const struct att_args &a, uint32_t kv_type,
-                    bool decode, int dec0, int n_dec, int max_splits)
-{
+    if (a.head_dim != 256) {
+        LOG_ERROR("cuda", "attention: head_dim %d unsupported (256)", a.head_dim);
+        return CS_EUNSUPPORTED;
+    }
     if (kv_type == CS_DTYPE_F16)
-        return attn_dispatch<__half>(c, out, a, decode, dec0, n_dec, max_splits);
+        return attn_launch<__half, 256>(c, out, a);
     if (kv_type == CS_DTYPE_F32)
-        return attn_dispatch<float>(c, out, a, decode, dec0, n_dec, max_splits);
+        return attn_launch<float, 256>(c, out, a);
     LOG_ERROR("cuda", "attention: KV type %u unsupported", kv_type);
     return CS_EUNSUPPORTED;
-}
-
-/* Decode tokens in chunks so the partial buffer stays under ATT_PART_MAX_BYTES. */
-static int attn_decode_all(struct cuda_ctx *c, float *out, const struct att_args &a,
-                           uint32_t kv_type)
-{
-    const struct cuda_batch *cb = &c->batch;
-    int ms = cb->max_dec_splits;
-    size_t per_tok = (size_t)a.n_heads * ms * (a.head_dim + 2) * sizeof(float);
-    int chunk = (int)(ATT_PART_MAX_BYTES / per_tok);
-    if (chunk < 1)
-        chunk = 1;
-    if (chunk > 65535)   /* grid.z */
-        chunk = 65535;
-    if (chunk > cb->n_dec)
-        chunk = cb->n_dec;
-    int rc = cuda_buffer_reserve((void **)&c->attn_part, &c->attn_part_cap, per_tok * chunk);
-    if (rc != CS_OK)
-        return rc;
-    for (int d0 = 0; d0 < cb->n_dec && rc == CS_OK; d0 += chunk) {
-        int n = cb->n_dec - d0 < chunk ? cb->n_dec - d0 : chunk;
-        rc = attn_run(c, out, a, kv_type, true, d0, n, ms);
-    }
-    return rc;
 }
 
 int cuda_op_attention(struct cs_backend *be, float *out, const float *q, int q_token_stride,
@@ -480,8 +337,8 @@ int cuda_op_attention(struct cs_backend *be, float *out, const float *q, int q_t
     a.page_table = cb->page_table;
     a.max_pages = cb->max_pages;
     if (cb->n_qtiles > 0)
-        rc = attn_run(c, out, a, kv->kv_type, false, 0, 0, 0);
+        rc = attn_prefill(c, out, a, kv->kv_type);
     if (rc == CS_OK && cb->n_dec > 0)
-        rc = attn_decode_all(c, out, a, kv->kv_type);
+        rc = cuda_attn_decode(c, out, q, q_token_stride, q_head_stride, n_heads, kv, scale);
     return rc;
 }

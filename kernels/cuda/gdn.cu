@@ -207,13 +207,14 @@ static int gdn_scan(struct cuda_ctx *c, float *out, const float *y, const float 
     return CS_OK;
 }
 
-static int gdn_check(struct cuda_ctx *c, const struct cs_gdn_layer *st, const struct cs_batch *b)
+int cuda_gdn_check(struct cuda_ctx *c, const struct cs_gdn_layer *st, const struct cs_batch *b,
+                   const char *op)
 {
-    int rc = cuda_batch_check(c, b, "gdn");
+    int rc = cuda_batch_check(c, b, op);
     if (rc != CS_OK)
         return rc;
     if (st->key_dim != GDN_DK || st->value_dim != GDN_DV || st->n_k_heads <= 0) {
-        LOG_ERROR("cuda", "gdn: key_dim=%d value_dim=%d unsupported (%d x %d)", st->key_dim,
+        LOG_ERROR("cuda", "%s: key_dim=%d value_dim=%d unsupported (%d x %d)", op, st->key_dim,
                   st->value_dim, GDN_DK, GDN_DV);
         return CS_EUNSUPPORTED;
     }
@@ -225,7 +226,7 @@ int cuda_gdn_scan(struct cs_backend *be, float *out, const float *y, const float
                   struct cs_gdn_layer *st, const struct cs_batch *b)
 {
     struct cuda_ctx *c = cuda_ctx_of(be);
-    int rc = gdn_check(c, st, b);
+    int rc = cuda_gdn_check(c, st, b, "gdn");
     if (rc != CS_OK || b->n_seqs <= 0)
         return rc;
     return gdn_scan(c, out, y, beta_raw, alpha_raw, a, dt_bias, eps, st, b->n_seqs, INT_MAX);
@@ -236,7 +237,7 @@ int cuda_op_gdn(struct cs_backend *be, float *out, const float *y, const float *
                 struct cs_gdn_layer *st, const struct cs_batch *b)
 {
     struct cuda_ctx *c = cuda_ctx_of(be);
-    int rc = gdn_check(c, st, b);
+    int rc = cuda_gdn_check(c, st, b, "gdn");
     if (rc != CS_OK)
         return rc;
     if (b->n_seqs <= 0)

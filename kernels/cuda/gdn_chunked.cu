@@ -564,6 +564,31 @@ static int gdnc_scratch(struct cuda_ctx *c, size_t bytes, float **out)
     return rc;
 }
 
+/* Once per context (one device): the device must offer the kernels' shared
+ * memory, which they are then allowed to use. c->gdnc_ready: 0 not yet
+ * asked, 1 ready, CS_EUNSUPPORTED too little shared memory. */
+static int gdnc_setup(struct cuda_ctx *c)
+{
+    if (c->gdnc_ready == 1)
+        return CS_OK;
+    if (c->gdnc_ready == CS_EUNSUPPORTED)
+        return CS_EUNSUPPORTED;
+    int optin = 0;
+    CS_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, c->device));
+    if (optin < GDNC_SCAN_SMEM) {
+        LOG_ERROR("cuda", "gdn_chunked: needs %d bytes of shared memory per block, device has %d",
+                  GDNC_SCAN_SMEM, optin);
+        c->gdnc_ready = CS_EUNSUPPORTED;
+        return CS_EUNSUPPORTED;
+    }
+    CS_CUDA_CHECK(cudaFuncSetAttribute(k_gdnc_prep, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       GDNC_PREP_SMEM));
+    CS_CUDA_CHECK(cudaFuncSetAttribute(k_gdnc_scan, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       GDNC_SCAN_SMEM));
+    c->gdnc_ready = 1;
+    return CS_OK;
+}
+
 cudaStream_t cuda_gdn_chunked_stream(struct cs_backend *be)
 {
     return cuda_ctx_of(be)->stream;
@@ -581,32 +606,19 @@ int cuda_gdn_chunked_from(struct cs_backend *be, float *out, const float *y, con
                           struct cs_gdn_layer *st, const struct cs_batch *b, int min_len)
 {
     struct cuda_ctx *c = cuda_ctx_of(be);
-    int rc = cuda_batch_check(c, b, "gdn_chunked");
+    static_assert(GDNC_D == 128, "the scan's head size (gdn.cu), which cuda_gdn_check enforces");
+    int rc = cuda_gdn_check(c, st, b, "gdn_chunked");
     if (rc != CS_OK)
         return rc;
-    if (st->key_dim != GDNC_D || st->value_dim != GDNC_D || st->n_k_heads <= 0) {
-        LOG_ERROR("cuda", "gdn_chunked: key_dim=%d value_dim=%d unsupported (%d x %d)",
-                  st->key_dim, st->value_dim, GDNC_D, GDNC_D);
-        return CS_EUNSUPPORTED;
-    }
     if (b->n_seqs <= 0 || b->n_tokens <= 0)
         return CS_OK;
-    int optin = 0;
-    CS_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, c->device));
-    if (optin < GDNC_SCAN_SMEM) {
-        LOG_ERROR("cuda", "gdn_chunked: needs %d bytes of shared memory per block, device has %d",
-                  GDNC_SCAN_SMEM, optin);
-        return CS_EUNSUPPORTED;
-    }
+    if ((rc = gdnc_setup(c)) != CS_OK)
+        return rc;
     float *scratch;
     rc = gdnc_scratch(c, (size_t)(GDNC_WIN + GDNC_C) * st->n_v_heads * GDNC_ROW * sizeof(float),
                       &scratch);
     if (rc != CS_OK)
         return rc;
-    CS_CUDA_CHECK(cudaFuncSetAttribute(k_gdnc_prep, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       GDNC_PREP_SMEM));
-    CS_CUDA_CHECK(cudaFuncSetAttribute(k_gdnc_scan, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       GDNC_SCAN_SMEM));
     struct gdnc_args g;
     g.y = y;
     g.beta_raw = beta_raw;

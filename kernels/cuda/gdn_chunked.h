@@ -39,6 +39,12 @@ int cuda_gdn_scan(struct cs_backend *be, float *out, const float *y, const float
                   const float *alpha_raw, const float *a, const float *dt_bias, float eps,
                   struct cs_gdn_layer *st, const struct cs_batch *b);
 
+/* The checks every GDN entry makes (gdn.cu): the batch is the step's, and
+ * the head sizes are the kernels' (128 x 128). op names the caller in logs. */
+struct cuda_ctx;
+int cuda_gdn_check(struct cuda_ctx *c, const struct cs_gdn_layer *st, const struct cs_batch *b,
+                   const char *op);
+
 /* The CUDA backend's compute stream, on which every op is queued (tests
  * time ops with CUDA events recorded on it). */
 cudaStream_t cuda_gdn_chunked_stream(struct cs_backend *be);

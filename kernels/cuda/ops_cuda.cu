@@ -681,6 +681,7 @@ static void table_fill(struct cs_backend *be)
     be->matmul_sigmoid_gate = cu_matmul_sigmoid_gate;
     be->head_norm_rope = cuda_op_head_norm_rope;
     be->kv_store = cuda_op_kv_store;
+    be->qk_norm_rope_store = cuda_op_qk_norm_rope_store;
     be->attention = cuda_op_attention;
     be->sigmoid_gate = cuda_op_sigmoid_gate;
     be->conv1d_silu = cuda_op_conv1d_silu;

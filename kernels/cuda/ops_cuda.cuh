@@ -16,14 +16,18 @@
 /* Attention: split of the context for decode tokens (flash-decoding). A
  * token at position pos has splits of cs_attn_split_len(pos) positions, split
  * s covering [s * len, (s + 1) * len): the boundaries depend on the token's
- * own position only, never on the batch. Short contexts use short splits so
- * that enough blocks run (64 positions: a 4K context on an H200 went from 78
- * to 41 us per layer against 256); long ones longer splits so that the
- * partials and their combine stay small (at 32K, 64-position splits took
- * 0.34 ms per layer against 0.16 ms with 256). */
+ * own position only, never on the batch. About 64 splits per token (128 to
+ * 4096 positions each): measured on an H200 at the 9B shape (docs/PERF.md,
+ * attention_decode.cu), 32K took 55 us per layer with 512-position splits,
+ * 69 us with 256 and 71 us with 1024; 4K took 16 us with 128 against 17.5
+ * with 64. Fewer, longer splits mean fewer blocks paying a block's fixed
+ * cost, as long as the blocks still fill the GPU. */
 static __host__ __device__ __forceinline__ int cs_attn_split_len(int pos)
 {
-    return pos < 4096 ? 64 : pos < 16384 ? 128 : 256;
+    int len = 128;
+    while (len < 4096 && len * 64 < pos)
+        len <<= 1;
+    return len;
 }
 
 static __host__ __device__ __forceinline__ int cs_attn_n_splits(int pos)
@@ -78,6 +82,7 @@ struct cuda_ctx {
     size_t mm_scratch_cap;
     void *gdnc_scratch;   /* gdn_chunked.cu: a window's per-chunk matrices */
     size_t gdnc_scratch_cap;
+    int gdnc_ready;       /* gdn_chunked.cu: shared-memory attributes set (gdnc_setup) */
     /* sampling buffers (grow as needed) */
     void *d_sample, *h_sample;
     size_t sample_cap;
@@ -119,6 +124,11 @@ int cuda_op_head_norm_rope(struct cs_backend *be, float *x, int token_stride, in
                            float rope_base, float eps, const struct cs_batch *b);
 int cuda_op_kv_store(struct cs_backend *be, struct cs_kv_layer *kv, const float *k, int k_stride,
                      const float *v, int v_stride, const struct cs_batch *b);
+int cuda_op_qk_norm_rope_store(struct cs_backend *be, float *q, int q_token_stride,
+                               int q_head_stride, int n_head, float *k, const float *v,
+                               int kv_stride, int n_head_kv, int head_dim, const float *q_norm,
+                               const float *k_norm, int rope_dims, float rope_base, float eps,
+                               struct cs_kv_layer *kv, const struct cs_batch *b);
 int cuda_op_attention(struct cs_backend *be, float *out, const float *q, int q_token_stride,
                       int q_head_stride, int n_heads, const struct cs_kv_layer *kv, float scale,
                       const struct cs_batch *b);

@@ -1,15 +1,10 @@
 /* rope.cu - head_norm_rope of kernels/ops.h on CUDA: per (token, head) an
  * RMSNorm over head_dim times norm_w, then NeoX RoPE on the first rope_dims
  * dims (dim i pairs with i + rope_dims/2). One warp per head; the head sits
- * in shared memory between the two steps. The angle pos * base^(-2i/rope_dims)
- * and its sine/cosine are computed in double: at positions near 256K an fp32
- * angle would be off by several hundredths of a radian. */
-#include "cuda_util.cuh"
+ * in shared memory between the two steps (rope.cuh). */
 #include "launch.cuh"
 #include "ops_cuda.cuh"
-
-#define ROPE_WARPS 4
-#define ROPE_MAX_DIM 512
+#include "rope.cuh"
 
 static __global__ void k_head_norm_rope(float *x, int token_stride, int head_stride, int n_heads,
                                         int head_dim, const float *norm_w, int rope_dims,
@@ -18,38 +13,13 @@ static __global__ void k_head_norm_rope(float *x, int token_stride, int head_str
 {
     cuda_pdl_enter();   /* launch.cuh: before any read or write */
     __shared__ float buf[ROPE_WARPS][ROPE_MAX_DIM];
-    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int warp = threadIdx.x >> 5;
     int row = blockIdx.x * ROPE_WARPS + warp;
     if (row >= n_rows)
         return;
     int t = row / n_heads, h = row - t * n_heads;
-    float *xh = x + (size_t)t * token_stride + (size_t)h * head_stride;
-    float *b = buf[warp];
-    float ss = 0.0f;
-    for (int i = lane; i < head_dim; i += 32) {
-        float v = xh[i];
-        b[i] = v;
-        ss += v * v;
-    }
-    ss = warp_sum(ss);
-    float scale = 1.0f / sqrtf(ss / (float)head_dim + eps);
-    for (int i = lane; i < head_dim; i += 32)
-        b[i] = b[i] * scale * norm_w[i];
-    __syncwarp();
-    int half = rope_dims / 2;
-    double p = (double)pos[t];
-    for (int i = lane; i < half; i += 32) {
-        double theta = p * pow((double)rope_base, -2.0 * (double)i / (double)rope_dims);
-        double sn, cs;
-        sincos(theta, &sn, &cs);
-        float c = (float)cs, s = (float)sn;
-        float a0 = b[i], a1 = b[i + half];
-        b[i] = a0 * c - a1 * s;
-        b[i + half] = a1 * c + a0 * s;
-    }
-    __syncwarp();
-    for (int i = lane; i < head_dim; i += 32)
-        xh[i] = b[i];
+    head_norm_rope_warp(x + (size_t)t * token_stride + (size_t)h * head_stride, buf[warp],
+                        head_dim, norm_w, rope_dims, rope_base, eps, pos[t]);
 }
 
 int cuda_op_head_norm_rope(struct cs_backend *be, float *x, int token_stride, int head_stride,

@@ -27,156 +27,7 @@
 #include "../../common/log.h"
 #include "../../kernels/ops.h"
 #include "../test_util.h"
-
-static struct cs_backend *cpu, *gpu;
-
-/* ---- random numbers, buffers on both backends ---- */
-
-static uint64_t rs = 0x243F6A8885A308D3ull;
-
-static float frand(void)   /* uniform in [-1, 1) */
-{
-    rs ^= rs >> 12;
-    rs ^= rs << 25;
-    rs ^= rs >> 27;
-    uint64_t z = rs * 2685821657736338717ull;
-    return (float)((double)(z >> 11) * (1.0 / 9007199254740992.0) * 2.0 - 1.0);
-}
-
-static float *randv(size_t n, float scale)
-{
-    float *v = malloc(n * sizeof(float) + 16);
-    for (size_t i = 0; i < n; i++)
-        v[i] = frand() * scale;
-    return v;
-}
-
-struct pair {
-    void *c, *g;
-    size_t bytes;
-};
-
-static struct pair pair_new(const void *host, size_t bytes)
-{
-    struct pair p = {NULL, NULL, bytes};
-    if (cpu->alloc(cpu, &p.c, bytes) || gpu->alloc(gpu, &p.g, bytes)) {
-        fprintf(stderr, "alloc of %zu bytes failed\n", bytes);
-        exit(1);
-    }
-    if (host && (cpu->upload(cpu, p.c, host, bytes) || gpu->upload(gpu, p.g, host, bytes))) {
-        fprintf(stderr, "upload failed\n");
-        exit(1);
-    }
-    return p;
-}
-
-static struct pair pair_randv(size_t n, float scale)
-{
-    float *h = randv(n, scale);
-    struct pair p = pair_new(h, n * sizeof(float));
-    free(h);
-    return p;
-}
-
-static void pair_free(struct pair *p)
-{
-    cpu->free(cpu, p->c);
-    gpu->free(gpu, p->g);
-}
-
-/* Relative error max|gpu - cpu| / max|cpu| of n floats; NaN or an unwritten
- * value (the GPU copy is poisoned by the caller where it matters) is inf. */
-static double pair_err(const struct pair *p, size_t n)
-{
-    float *a = malloc(n * sizeof(float)), *b = malloc(n * sizeof(float));
-    CHECK(cpu->download(cpu, a, p->c, n * sizeof(float)) == 0);
-    CHECK(gpu->download(gpu, b, p->g, n * sizeof(float)) == 0);
-    double md = 0, mr = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (isfinite(a[i]) && fabs(a[i]) > mr)
-            mr = fabs(a[i]);
-        if (a[i] == b[i])   /* also equal infinities (masked logits) */
-            continue;
-        double d = fabs((double)a[i] - (double)b[i]);
-        if (d != d || isinf(d))
-            md = INFINITY;
-        else if (d > md)
-            md = d;
-    }
-    free(a);
-    free(b);
-    return mr > 0 ? md / mr : md;
-}
-
-static int pair_same(const struct pair *a, const struct pair *b, size_t bytes)
-{
-    char *x = malloc(bytes), *y = malloc(bytes);
-    gpu->download(gpu, x, a->g, bytes);
-    gpu->download(gpu, y, b->g, bytes);
-    int same = memcmp(x, y, bytes) == 0;
-    free(x);
-    free(y);
-    return same;
-}
-
-/* Number of bytes that differ between the CPU and GPU copies. */
-static double pair_bytes_differ(const struct pair *p, size_t bytes)
-{
-    unsigned char *a = malloc(bytes), *b = malloc(bytes);
-    CHECK(cpu->download(cpu, a, p->c, bytes) == 0);
-    CHECK(gpu->download(gpu, b, p->g, bytes) == 0);
-    size_t n = 0;
-    for (size_t i = 0; i < bytes; i++)
-        n += a[i] != b[i];
-    free(a);
-    free(b);
-    return (double)n;
-}
-
-static void report(const char *name, double err, double bound)
-{
-    int ok = err <= bound;
-    printf("RESULT %-34s %s err=%.3g (bound %.1g)\n", name, ok ? "PASS" : "FAIL", err, bound);
-    fflush(stdout);
-    CHECK(ok);
-}
-
-/* ---- batches ---- */
-
-struct tb {
-    struct cs_batch b;
-    int32_t tokens[1024], pos[1024], seq_of[1024], seq_start[9], slot[8], pages[8 * 128];
-};
-
-/* n_seqs sequences: sequence s has len[s] tokens from position start[s],
- * slot slot[s], pages page_of(s, i) = the permuted page table. */
-static void tb_init(struct tb *t, int n_seqs, const int *len, const int *start, const int *slot,
-                    int max_pages)
-{
-    memset(t, 0, sizeof(*t));
-    int n = 0;
-    for (int s = 0; s < n_seqs; s++) {
-        t->seq_start[s] = n;
-        t->slot[s] = slot[s];
-        for (int i = 0; i < len[s]; i++, n++) {
-            t->pos[n] = start[s] + i;
-            t->seq_of[n] = s;
-            t->tokens[n] = (n * 7919 + 13) % 1000;
-        }
-        for (int p = 0; p < max_pages; p++)   /* disjoint, scattered pages */
-            t->pages[s * max_pages + p] = (p * 8 + (7 - slot[s]) + 3) % (8 * max_pages);
-    }
-    t->seq_start[n_seqs] = n;
-    t->b = (struct cs_batch){.n_tokens = n, .n_seqs = n_seqs, .tokens = t->tokens,
-                             .pos = t->pos, .seq_of = t->seq_of, .seq_start = t->seq_start,
-                             .slot = t->slot, .page_table = t->pages, .max_pages = max_pages};
-}
-
-static void both_step(const struct cs_batch *b)
-{
-    CHECK(cpu->step_begin(cpu, b) == 0);
-    CHECK(gpu->step_begin(gpu, b) == 0);
-}
+#include "gpu_pair.h"
 
 /* ---- elementwise and norms ---- */
 
@@ -245,23 +96,6 @@ static void test_ops_gated_norm(int Hq, int Hv, const char *tag)
     snprintf(name, sizeof name, "gated_rmsnorm %s", tag);
     report(name, pair_err(&x, gn), 1e-5);
     pair_free(&q), pair_free(&o), pair_free(&x), pair_free(&z), pair_free(&w);
-}
-
-/* Random Q8_0 rows as a GGUF holds them (34 bytes per 32 weights). */
-static uint8_t *q8_0_rows(int64_t n_in, int64_t n_out)
-{
-    size_t row_bytes = (size_t)n_in / 32 * 34;
-    uint8_t *h = malloc(row_bytes * (size_t)n_out);
-    for (int64_t r = 0; r < n_out; r++)
-        for (int64_t i = 0; i < n_in; i++) {
-            uint8_t *row = h + row_bytes * (size_t)r;
-            if (i % 32 == 0) {
-                uint16_t d = cs_float_to_half(0.01f + 0.01f * fabsf(frand()));
-                memcpy(row + i / 32 * 34, &d, 2);
-            }
-            row[i / 32 * 34 + 2 + i % 32] = (uint8_t)(int8_t)(frand() * 127);
-        }
-    return h;
 }
 
 /* The output projections with their gate fused into the GEMV's prologue
@@ -364,7 +198,7 @@ static void test_ops_attention(int Hq, int Hkv, uint32_t kv_type, const char *ta
             pair_free(&k), pair_free(&v);
         }
     }
-    /* the step: decode at 700 (11 splits of 64), prefill 37 at 100, decode at 0, decode at 1300 */
+    /* the step: decode at 700 (6 splits of 128), prefill 37 at 100, decode at 0, decode at 1300 */
     int len[4] = {1, 37, 1, 1}, start[4] = {700, 100, 0, 1300};
     struct tb t;
     tb_init(&t, 4, len, start, sl, MP);
@@ -768,16 +602,9 @@ static void test_ops_sample_edges(void)
 
 int main(void)
 {
-    cs_log_set_level(CS_LOG_WARN);
-    if (cs_backend_cuda_create(&gpu, 0) != 0) {
-        fprintf(stderr, "no CUDA device: skipped\n");
-        return 77;
-    }
-    struct cs_backend_cpu_options opt = {.n_threads = 0, .int8_matmul = false};
-    if (cs_backend_cpu_create(&cpu, &opt) != 0) {
-        fprintf(stderr, "cannot create the cpu backend\n");
-        return 1;
-    }
+    int rc = gpu_pair_open();
+    if (rc != 0)
+        return rc;
     test_ops_elementwise(4096, 12288, "9B");
     test_ops_elementwise(5120, 17408, "27B");
     test_ops_add_rmsnorm(7, 4096, "9B");
@@ -803,7 +630,6 @@ int main(void)
     test_ops_sample();
     test_ops_upload_progress();
     test_ops_sample_edges();
-    cpu->destroy(cpu);
-    gpu->destroy(gpu);
+    gpu_pair_close();
     return test_report();
 }
