@@ -203,6 +203,19 @@ struct cs_backend {
     int (*matmul_sigmoid_gate)(struct cs_backend *be, float *y, const struct cs_weight *w,
                                float *x, const float *gate, int gate_token_stride,
                                int gate_head_stride, int n_heads, int head_dim, int n_tokens);
+    /* Optional (NULL: the model runs add_rmsnorm, then matmul): the residual
+     * add and the RMSNorm fused into the projections that read the norm:
+     * x_out = x + y, normed = rmsnorm(x_out) * norm_w over dim, ys[i] = Ws[i]
+     * normed for i < n (as matmul; every W's n_in = dim). x_out must not
+     * overlap x, y or normed (x is only read: the model alternates two
+     * residual buffers); normed is scratch of n_tokens * dim (it may hold the
+     * norm afterwards, or not). Bitwise equal to add_rmsnorm then matmul on
+     * the same backend (CUDA fuses one decode token where the GEMV applies:
+     * one launch instead of two). */
+    int (*matmul_add_rmsnorm)(struct cs_backend *be, int n, float *const *ys,
+                              const struct cs_weight *const *ws, float *x_out, const float *x,
+                              const float *y, const float *norm_w, float *normed, int n_tokens,
+                              int dim, float eps);
 
     /* Attention layer. Per token t and head h the head vector is at
      * x + t * token_stride + h * head_stride (in floats). Applies

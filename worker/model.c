@@ -64,19 +64,32 @@ static bool slice_has_attention(const struct cs_model *m)
     return false;
 }
 
-/* Gated DeltaNet mixer: st->normed -> st->tmp. */
+/* The input projections of layer l's mixer, all reading the normed row:
+ * GDN's qkv, z, beta, alpha or attention's q, k, v. Returns how many. */
+static int mixer_inputs(struct cs_model *m, struct cs_state *st, int l, float **ys,
+                        const struct cs_weight **ws)
+{
+    struct cs_layer_weights *w = &m->layers[l];
+    if (m->hp.recurrent[l]) {
+        ys[0] = st->qkv, ys[1] = st->z, ys[2] = st->beta, ys[3] = st->alpha;
+        ws[0] = &w->qkv, ws[1] = &w->gate, ws[2] = &w->beta, ws[3] = &w->alpha;
+        return 4;
+    }
+    ys[0] = st->q, ys[1] = st->k, ys[2] = st->v;
+    ws[0] = &w->wq, ws[1] = &w->wk, ws[2] = &w->wv;
+    return 3;
+}
+
+/* Gated DeltaNet mixer after its input projections -> st->tmp. */
 static int mixer_gdn(struct cs_model *m, struct cs_state *st, int l, const struct cs_batch *b)
 {
     struct cs_backend *be = m->be;
     const struct cs_hparams *hp = &m->hp;
     struct cs_layer_weights *w = &m->layers[l];
     int T = b->n_tokens, rc;
-    float *ys[4] = {st->qkv, st->z, st->beta, st->alpha};
-    const struct cs_weight *ws[4] = {&w->qkv, &w->gate, &w->beta, &w->alpha};
     const struct cs_weight *wo[1] = {&w->ssm_out};
     float *out[1] = {st->tmp};
-    if ((rc = be->matmul(be, 4, ys, ws, st->normed, T)) ||
-        (rc = be->conv1d_silu(be, st->conv_out, st->qkv, w->conv1d, &st->gdn[l], b)) ||
+    if ((rc = be->conv1d_silu(be, st->conv_out, st->qkv, w->conv1d, &st->gdn[l], b)) ||
         (rc = be->gdn(be, st->gdn_out, st->conv_out, st->beta, st->alpha, w->ssm_a, w->dt_bias,
                       hp->eps, &st->gdn[l], b)))
         return rc;
@@ -89,8 +102,9 @@ static int mixer_gdn(struct cs_model *m, struct cs_state *st, int l, const struc
     return be->matmul(be, 1, out, wo, st->gdn_out, T);
 }
 
-/* Gated attention mixer: st->normed -> st->tmp. W_q rows per head: D query
- * rows then D gate rows, so head h's query is at h*2D and its gate at h*2D+D. */
+/* Gated attention mixer after its input projections -> st->tmp. W_q rows
+ * per head: D query rows then D gate rows, so head h's query is at h*2D and
+ * its gate at h*2D+D. */
 static int mixer_attention(struct cs_model *m, struct cs_state *st, int l, const struct cs_batch *b)
 {
     struct cs_backend *be = m->be;
@@ -98,12 +112,9 @@ static int mixer_attention(struct cs_model *m, struct cs_state *st, int l, const
     struct cs_layer_weights *w = &m->layers[l];
     int T = b->n_tokens, D = hp->head_dim, rc;
     int q_stride = 2 * D * hp->n_head, kv_stride = D * hp->n_head_kv;
-    float *ys[3] = {st->q, st->k, st->v};
-    const struct cs_weight *ws[3] = {&w->wq, &w->wk, &w->wv};
     const struct cs_weight *wo[1] = {&w->wo};
     float *out[1] = {st->tmp};
-    if ((rc = be->matmul(be, 3, ys, ws, st->normed, T)) ||
-        (rc = be->head_norm_rope(be, st->q, q_stride, 2 * D, hp->n_head, D, w->q_norm,
+    if ((rc = be->head_norm_rope(be, st->q, q_stride, 2 * D, hp->n_head, D, w->q_norm,
                                  hp->rope_dims, hp->rope_base, hp->eps, b)) ||
         (rc = be->head_norm_rope(be, st->k, kv_stride, D, hp->n_head_kv, D, w->k_norm,
                                  hp->rope_dims, hp->rope_base, hp->eps, b)) ||
@@ -119,42 +130,63 @@ static int mixer_attention(struct cs_model *m, struct cs_state *st, int l, const
     return be->matmul(be, 1, out, wo, st->attn_out, T);
 }
 
+/* The residual add st->hidden += st->tmp, then ys = ws (rmsnorm(st->hidden)
+ * * norm_w) through normed. With the backend's fused op the sum is written
+ * to st->hidden_alt and the two swap (one launch for a decode token); the
+ * swaps of a step depend only on its op sequence, so every run of it, and
+ * the graph recorded from one, uses the same buffers. */
+static int add_norm_matmul(struct cs_model *m, struct cs_state *st, int n, float *const *ys,
+                           const struct cs_weight *const *ws, const float *norm_w, float *normed,
+                           int T)
+{
+    struct cs_backend *be = m->be;
+    const struct cs_hparams *hp = &m->hp;
+    int rc;
+    if (be->matmul_add_rmsnorm) {
+        rc = be->matmul_add_rmsnorm(be, n, ys, ws, st->hidden_alt, st->hidden, st->tmp, norm_w,
+                                    normed, T, hp->n_embd, hp->eps);
+        float *t = st->hidden;
+        st->hidden = st->hidden_alt;
+        st->hidden_alt = t;
+        return rc;
+    }
+    if ((rc = be->add_rmsnorm(be, st->hidden, st->tmp, normed, norm_w, T, hp->n_embd, hp->eps)))
+        return rc;
+    return be->matmul(be, n, ys, ws, normed, T);
+}
+
 /* One block on st->hidden: h = x + Mixer(norm(x)); out = h + FFN(norm(h)).
- * normed_in: st->normed already holds attn_norm(x) (the previous layer's last
- * add was fused with it). next_w, next_out: when set, the last add also
- * writes rmsnorm(out) * next_w into next_out (add_rmsnorm, bitwise add then
- * rmsnorm); when NULL it is a plain add (the slice's last layer: the norm
- * that follows runs elsewhere, in another stage or on gathered rows). */
+ * pending: the previous layer's last add is still to do (st->hidden +
+ * st->tmp): it runs here, fused with this layer's attn_norm and input
+ * projections. This layer's own last add is left pending in st->tmp for the
+ * caller (the next layer, the head, or a plain add). */
 static int layer_forward(struct cs_model *m, struct cs_state *st, int l, const struct cs_batch *b,
-                         bool normed_in, const float *next_w, float *next_out)
+                         bool pending)
 {
     struct cs_backend *be = m->be;
     const struct cs_hparams *hp = &m->hp;
     struct cs_layer_weights *w = &m->layers[l];
     int T = b->n_tokens, E = hp->n_embd, rc;
-    size_t n = (size_t)T * (size_t)E;
-    if (!normed_in && (rc = be->rmsnorm(be, st->normed, st->hidden, w->attn_norm, T, E, hp->eps)))
+    float *ys[4];
+    const struct cs_weight *ws[4];
+    int n_in = mixer_inputs(m, st, l, ys, ws);
+    if (pending)
+        rc = add_norm_matmul(m, st, n_in, ys, ws, w->attn_norm, st->normed, T);
+    else if (!(rc = be->rmsnorm(be, st->normed, st->hidden, w->attn_norm, T, E, hp->eps)))
+        rc = be->matmul(be, n_in, ys, ws, st->normed, T);
+    if (rc || (rc = hp->recurrent[l] ? mixer_gdn(m, st, l, b) : mixer_attention(m, st, l, b)))
         return rc;
-    rc = hp->recurrent[l] ? mixer_gdn(m, st, l, b) : mixer_attention(m, st, l, b);
-    if (rc || (rc = be->add_rmsnorm(be, st->hidden, st->tmp, st->normed, w->post_norm, T, E,
-                                    hp->eps)))
-        return rc;
-    float *ys[2] = {st->ffn_gate, st->ffn_up};
-    const struct cs_weight *ws[2] = {&w->ffn_gate, &w->ffn_up};
+    float *yf[2] = {st->ffn_gate, st->ffn_up};
+    const struct cs_weight *wf[2] = {&w->ffn_gate, &w->ffn_up};
     const struct cs_weight *wd[1] = {&w->ffn_down};
     float *out[1] = {st->tmp};
-    if ((rc = be->matmul(be, 2, ys, ws, st->normed, T)))
+    if ((rc = add_norm_matmul(m, st, 2, yf, wf, w->post_norm, st->normed, T)))
         return rc;
     if (be->matmul_swiglu)
-        rc = be->matmul_swiglu(be, st->tmp, &w->ffn_down, st->ffn_gate, st->ffn_up, T);
-    else if (!(rc = be->silu_mul(be, st->ffn_gate, st->ffn_gate, st->ffn_up,
-                                 (size_t)T * hp->n_ff[l])))
-        rc = be->matmul(be, 1, out, wd, st->ffn_gate, T);
-    if (rc)
+        return be->matmul_swiglu(be, st->tmp, &w->ffn_down, st->ffn_gate, st->ffn_up, T);
+    if ((rc = be->silu_mul(be, st->ffn_gate, st->ffn_gate, st->ffn_up, (size_t)T * hp->n_ff[l])))
         return rc;
-    if (next_w && next_out)
-        return be->add_rmsnorm(be, st->hidden, st->tmp, next_out, next_w, T, E, hp->eps);
-    return be->add(be, st->hidden, st->tmp, n);
+    return be->matmul(be, 1, out, wd, st->ffn_gate, T);
 }
 
 /* Validate, upload the batch, and put the slice's input in st->hidden. */
@@ -173,6 +205,9 @@ static int slice_begin(struct cs_model *m, struct cs_state *st, const struct cs_
     }
     struct cs_backend *be = m->be;
     size_t n = (size_t)b->n_tokens * (size_t)m->hp.n_embd;
+    /* every step starts on the same residual buffer (add_norm_matmul) */
+    st->hidden = st->hidden_buf[0];
+    st->hidden_alt = st->hidden_buf[1];
     if ((rc = be->step_begin(be, b)))
         return rc;
     if (hidden_in && in_host)
@@ -182,8 +217,6 @@ static int slice_begin(struct cs_model *m, struct cs_state *st, const struct cs_
     return be->embed(be, st->hidden, &m->token_embd, b);
 }
 
-static int lm_head_matmul(struct cs_model *m, struct cs_state *st, int n);
-
 /* What a step body runs after slice_begin (the graph_begin variant):
  * STEP_LAYERS every layer of the slice on st->hidden; STEP_LAYERS_HEAD then
  * also the final norm and LM head of all n_tokens rows into st->logits (a
@@ -191,48 +224,64 @@ static int lm_head_matmul(struct cs_model *m, struct cs_state *st, int n);
 enum step_variant { STEP_LAYERS = 0, STEP_LAYERS_HEAD = 1 };
 
 /* Each layer's last residual add is fused with the norm that follows it in
- * this step: the next layer's attn_norm into st->normed, or for the slice's
- * last layer in STEP_LAYERS_HEAD the final norm into st->rows. */
+ * this step and the projections reading that norm: the next layer's
+ * attn_norm and input projections, or for the slice's last layer in
+ * STEP_LAYERS_HEAD the final norm (into st->rows) and the LM head. In
+ * STEP_LAYERS the slice's last add is a plain one (the norm that follows
+ * runs elsewhere, in another stage or on gathered rows). */
 static int step_ops(struct cs_model *m, struct cs_state *st, const struct cs_batch *b,
                     enum step_variant v)
 {
     int rc = CS_OK;
-    for (int l = m->layer_begin; l < m->layer_end && rc == CS_OK; l++) {
-        const float *next_w = NULL;
-        float *next_out = NULL;
-        if (l + 1 < m->layer_end) {
-            next_w = m->layers[l + 1].attn_norm;
-            next_out = st->normed;
-        } else if (v == STEP_LAYERS_HEAD) {
-            next_w = m->output_norm;
-            next_out = st->rows;
-        }
-        rc = layer_forward(m, st, l, b, l > m->layer_begin, next_w, next_out);
+    for (int l = m->layer_begin; l < m->layer_end && rc == CS_OK; l++)
+        rc = layer_forward(m, st, l, b, l > m->layer_begin);
+    if (rc != CS_OK)
+        return rc;
+    if (v == STEP_LAYERS_HEAD) {
+        float *ys[1] = {st->logits};
+        const struct cs_weight *ws[1] = {&m->output};
+        return add_norm_matmul(m, st, 1, ys, ws, m->output_norm, st->rows, b->n_tokens);
     }
-    if (rc == CS_OK && v == STEP_LAYERS_HEAD)
-        rc = lm_head_matmul(m, st, b->n_tokens);   /* st->rows: fused above */
-    return rc;
+    return m->be->add(m->be, st->hidden, st->tmp, (size_t)b->n_tokens * (size_t)m->hp.n_embd);
 }
 
 /* Run the step body, recorded once and replayed on backends with graph hooks
  * (a pure decode step: the backend decides, see kernels/ops.h graph_begin).
- * A failed recording runs the same ops eagerly; results are bitwise equal. */
+ * A failed recording runs the same ops eagerly; results are bitwise equal.
+ * The residual buffers: each run of step_ops starts from slice_begin's and
+ * notes where it ended; a replay, which runs the ops recorded from such a
+ * run, ends there too. */
 static int step_body(struct cs_model *m, struct cs_state *st, const struct cs_batch *b,
                      enum step_variant v)
 {
     struct cs_backend *be = m->be;
+    float *h0 = st->hidden, *a0 = st->hidden_alt;
     int mode = CS_GRAPH_EAGER;
     if (be->graph_begin && be->graph_end && b->n_tokens == b->n_seqs)
         mode = be->graph_begin(be, st, (uint32_t)v);
-    if (mode < 0 || mode == CS_GRAPH_REPLAYED)
-        return mode < 0 ? mode : CS_OK;
+    if (mode < 0)
+        return mode;
+    if (mode == CS_GRAPH_REPLAYED) {
+        if (!st->hidden_end[v])
+            return CS_EINVAL;   /* a replay always follows a recording: cannot happen */
+        st->hidden = st->hidden_end[v];
+        st->hidden_alt = st->hidden == st->hidden_buf[0] ? st->hidden_buf[1] : st->hidden_buf[0];
+        return CS_OK;
+    }
     int rc = step_ops(m, st, b, v);
+    if (rc == CS_OK)
+        st->hidden_end[v] = st->hidden;
     if (mode != CS_GRAPH_RECORD)
         return rc;
     int rc_end = be->graph_end(be, rc == CS_OK);
     if (rc == CS_OK && rc_end == CS_OK)
         return CS_OK;
-    return step_ops(m, st, b, v);   /* nothing ran: the recording was dropped */
+    st->hidden = h0;   /* nothing ran: again from the start */
+    st->hidden_alt = a0;
+    rc = step_ops(m, st, b, v);
+    if (rc == CS_OK)
+        st->hidden_end[v] = st->hidden;
+    return rc;
 }
 
 /* LM head on n final-normed rows of st->rows into st->logits. */

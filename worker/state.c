@@ -49,7 +49,9 @@ static int state_scratch_list(struct cs_state *st, struct scratch_item *it)
     size_t D = (size_t)hp->head_dim, vin = (size_t)hp->ssm_inner;
     int n = 0;
 #define ITEM(field, count) it[n++] = (struct scratch_item){&st->field, (count)}
-    ITEM(hidden, T * E);
+    ITEM(hidden_buf[0], T * E);
+    if (st->m->be->matmul_add_rmsnorm)   /* the fused add writes out of place (model.c) */
+        ITEM(hidden_buf[1], T * E);
     ITEM(normed, T * E);
     ITEM(tmp, T * E);
     ITEM(ffn_gate, T * (size_t)st->max_ff);
@@ -194,6 +196,8 @@ int state_create(struct cs_state **out, const struct cs_model *m, const struct c
     int n = state_scratch_list(st, items);
     for (int i = 0; i < n && rc == CS_OK; i++)
         rc = state_alloc_floats(st, items[i].ptr, items[i].elems);
+    st->hidden = st->hidden_buf[0];
+    st->hidden_alt = st->hidden_buf[1];
     if (rc == CS_OK)
         rc = state_layers_create(st);
     if (rc != CS_OK) {

@@ -18,7 +18,10 @@ struct cs_state {
     int max_ff;            /* largest n_ff of the slice */
     int conv_dim;          /* 2 * Sk * Gk + Sv * Hv */
     /* scratch, [max_tokens][dim] unless noted */
-    float *hidden;         /* E: the residual stream */
+    float *hidden;         /* E: the residual stream: hidden_buf[0] or [1] (model.c) */
+    float *hidden_alt;     /* E: the other one, where the next fused add writes */
+    float *hidden_buf[2];  /* E: allocated; [1] only for a backend with matmul_add_rmsnorm */
+    float *hidden_end[2];  /* where a step body of each variant leaves the stream (model.c) */
     float *normed;         /* E: rmsnorm output (mixer, FFN and final norm input) */
     float *tmp;            /* E: mixer and FFN down outputs before the residual add */
     float *qkv;            /* conv_dim: GDN input projection */

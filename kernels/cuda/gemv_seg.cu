@@ -26,6 +26,7 @@
 #include "arch_tiles.h"
 #include "matmul_int.cuh"
 #include "ops_cuda.cuh"
+#include "rms_row.cuh"
 
 #define SEG CS_DOT_SEG_BLOCKS
 #define SEG_WARPS 8
@@ -111,7 +112,71 @@ static __device__ __forceinline__ void seg_prologue(const struct cuda_mm_pro &pr
     }
 }
 
-template <int NT, bool XS>
+/* The add_rmsnorm prologue (CUDA_MM_PRO_ADD_RMSNORM), first half: every
+ * block needs the whole row's sum of squares, formed as k_add_rmsnorm's 1024
+ * threads form it (rms_row.cuh). Loader warp w plays k_add_rmsnorm's warps
+ * 4w..4w+3 in turn (virtual thread 32 vw + lane holds v[e] = x + aux at
+ * vt + 1024 e), each reduced by warp_sum as block_sum's first level; lane 0
+ * leaves the warp's sum in ssw[vw]. One virtual warp at a time: its 16 loads
+ * fly together while the first group's weights stay in registers. */
+static __device__ __forceinline__ void seg_addnorm_sums(const struct cuda_mm_pro &pro,
+                                                        const float *x, int n_in, int warp,
+                                                        int lane, float *ssw)
+{
+    static_assert(SEG_WARPS * 4 * 32 == NORM_THREADS, "4 virtual warps per loader warp");
+#pragma unroll 1
+    for (int j = 0; j < 4; j++) {
+        int vw = warp * 4 + j, vt = vw * 32 + lane;
+        float v[NORM_NPT];
+#pragma unroll
+        for (int e = 0; e < NORM_NPT; e++) {
+            int i = vt + e * NORM_THREADS;
+            v[e] = i < n_in ? rms_add(__ldg(x + i), __ldg(pro.aux + i)) : 0.0f;
+        }
+        float ss = warp_sum(rms_sumsq(v));
+        if (lane == 0)
+            ssw[vw] = ss;
+    }
+}
+
+/* Second half, after a barrier: block_sum's second level over ssw (every
+ * warp the same total), the scale, then this warp's 4 blocks of the segment
+ * of rmsnorm(x + aux) * norm_w quantized as seg_prologue does. The blocks of
+ * the first row group (one per segment: write_sum) also store x + aux. */
+static __device__ __forceinline__ void seg_addnorm_prologue(const struct cuda_mm_pro &pro,
+                                                            const float *x, int n_in, int b0,
+                                                            int cn, int warp, int lane,
+                                                            bool write_sum, const float *ssw,
+                                                            int8_t *xs, float *xds)
+{
+    float v[4], w[4];
+#pragma unroll
+    for (int u = 0; u < 4; u++) {
+        int k = warp * 4 + u, i = (b0 + k) * 32 + lane;
+        bool in = k < cn;
+        v[u] = in ? rms_add(__ldg(x + i), __ldg(pro.aux + i)) : 0.0f;
+        w[u] = in ? __ldg(pro.norm_w + i) : 0.0f;
+    }
+    float scale = rms_scale(warp_sum(ssw[lane]), n_in, pro.eps);
+#pragma unroll
+    for (int u = 0; u < 4; u++) {
+        int k = warp * 4 + u, i = (b0 + k) * 32 + lane;
+        if (k >= cn)
+            break;
+        if (write_sum)
+            pro.x_out[i] = v[u];
+        float d;
+        int q = cuda_q8_1_quantize_lane(rms_apply(v[u], scale, w[u]), &d);
+        xs[k * 32 + lane] = (int8_t)q;
+        if (lane == 0)
+            xds[k] = d;
+    }
+}
+
+/* XS: one token, x quantized in shared memory through a prologue; AN: the
+ * add_rmsnorm prologue (its own instance: it needs more registers and a
+ * barrier, which the other one-token GEMVs should not pay for). */
+template <int NT, bool XS, bool AN>
 static __global__ void __launch_bounds__(SEG_THREADS, SEG_BLOCKS_PER_SM)
     gemv_seg_kernel(struct mm_parts ps, int units, int n_seg, const float *x,
                     struct cuda_mm_pro pro, const int8_t *xq, const float *xd, int n_in, int nb,
@@ -120,6 +185,7 @@ static __global__ void __launch_bounds__(SEG_THREADS, SEG_BLOCKS_PER_SM)
     __shared__ float terms[2][SEG][NT][32];
     __shared__ __align__(16) int8_t xs[XS ? NT * SEG * 32 : 16];
     __shared__ float xds[XS ? NT * SEG : 1];
+    __shared__ float ssw[AN ? 32 : 1];
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     bool tail = warp == SEG_WARPS;
     int ustride = gridDim.x / n_seg;
@@ -133,8 +199,17 @@ static __global__ void __launch_bounds__(SEG_THREADS, SEG_BLOCKS_PER_SM)
         seg_load(ps, unit, nb, b0, warp, lane, wv0, wv1, wd);
     cuda_pdl_enter();   /* launch.cuh: x, the workspace and y only from here */
     static_assert(!XS || (NT == 1 && SEG == 4 * SEG_WARPS), "the prologue: one token, 4 blocks a warp");
-    if (XS && !tail)   /* quantize this segment of pro(x) into shared memory */
+    static_assert(XS || !AN, "add_rmsnorm is a prologue");
+    if (AN) {   /* the row's sums first; every warp reaches the barrier */
+        if (!tail)
+            seg_addnorm_sums(pro, x, n_in, warp, lane, ssw);
+        __syncthreads();
+        if (!tail)
+            seg_addnorm_prologue(pro, x, n_in, b0, cn, warp, lane, blockIdx.x < n_seg, ssw, xs,
+                                 xds);
+    } else if (XS && !tail) {   /* quantize this segment of pro(x) into shared memory */
         seg_prologue(pro, x, b0, cn, warp, lane, xs, xds);
+    }
     if (XS)
         __syncthreads();
     for (int it = 0; unit < units; unit += ustride, it ^= 1) {
@@ -318,14 +393,14 @@ extern "C" void cuda_matmul_release_stream(struct CUstream_st *stream)
     pthread_mutex_unlock(&g_ws_mu);
 }
 
-template <int NT, bool XS>
+template <int NT, bool XS, bool AN = false>
 static cudaError_t seg_launch_nt(const struct mm_parts &ps, int units, int n_seg, int grid,
                                  const float *x, const struct cuda_mm_pro &pro, const int8_t *xq,
                                  const float *xd, int n_in, int nb, float *part, int *tickets,
                                  cudaStream_t s)
 {
-    return cuda_launch(gemv_seg_kernel<NT, XS>, grid, SEG_THREADS, 0, s, ps, units, n_seg, x, pro,
-                       xq, xd, n_in, nb, part, tickets);
+    return cuda_launch(gemv_seg_kernel<NT, XS, AN>, grid, SEG_THREADS, 0, s, ps, units, n_seg, x,
+                       pro, xq, xd, n_in, nb, part, tickets);
 }
 
 /* Streaming multiprocessors of the current device (cached per device). */
@@ -354,7 +429,9 @@ cudaError_t gemv_seg_launch(int nt, const struct mm_parts &ps, int units, const 
     if (pro_in)
         pro = *pro_in;
     if (units > SEG_MAX_UNITS || nt < 1 || nt > MM_GEMV_MAX_TOKENS || (xs && nt != 1) ||
-        (pro.kind != CUDA_MM_PRO_NONE && !xs))
+        (pro.kind != CUDA_MM_PRO_NONE && !xs) ||
+        (pro.kind == CUDA_MM_PRO_ADD_RMSNORM &&
+         (n_in > NORM_THREADS * NORM_NPT || !pro.x_out || !pro.norm_w)))
         return cudaErrorInvalidValue;
     if (nt > SEG_MAX_NT) {   /* double-buffered terms of 8 tokens exceed 48 KB: two launches */
         struct mm_parts rest = ps;
@@ -377,6 +454,9 @@ cudaError_t gemv_seg_launch(int nt, const struct mm_parts &ps, int units, const 
     cudaError_t e = seg_workspace(s, (size_t)units * n_seg * nt * 32, &part, &tickets);
     if (e != cudaSuccess)
         return e;
+    if (xs && pro.kind == CUDA_MM_PRO_ADD_RMSNORM)
+        return seg_launch_nt<1, true, true>(ps, units, n_seg, grid, x, pro, xq, xd, n_in, nb, part,
+                                            tickets, s);
     if (xs)
         return seg_launch_nt<1, true>(ps, units, n_seg, grid, x, pro, xq, xd, n_in, nb, part,
                                       tickets, s);

@@ -30,6 +30,7 @@
 #include "launch.cuh"
 #include "matmul.h"
 #include "matmul_int.cuh"
+#include "rms_row.cuh"
 #include "../numerics.h"
 
 /* ---- GEMV ---- */
@@ -618,17 +619,31 @@ extern "C" int cuda_matmul_with(int n, float *const *ys, const struct cs_weight 
     return rc;
 }
 
-extern "C" int cuda_matmul_pro_1(float *y, const struct cs_weight *w, const float *x,
-                                 const struct cuda_mm_pro *pro, struct CUstream_st *stream)
+/* Do [a, a + an) and [b, b + bn) floats overlap? */
+static bool ranges_overlap(const float *a, size_t an, const float *b, size_t bn)
 {
-    if (!y || !w || !w->data || !x || !pro || (pro->kind != CUDA_MM_PRO_NONE && !pro->aux))
+    return a < b + bn && b < a + an;
+}
+
+extern "C" int cuda_matmul_pro_n(int n, float *const *ys, const struct cs_weight *const *ws,
+                                 const float *x, const struct cuda_mm_pro *pro,
+                                 struct CUstream_st *stream)
+{
+    bool any_q8;
+    if (!pro || matmul_check(n, ys, ws, x, 1, &any_q8) != CS_OK ||
+        (pro->kind != CUDA_MM_PRO_NONE && !pro->aux))
         return CS_EINVAL;
     const struct mm_arch_tiles *tiles = mm_arch_tiles_for(device_cc());
-    int n_in = (int)w->n_in, nb = n_in / 32, groups = (int)((w->n_out + 31) / 32), warps;
+    int n_in = (int)ws[0]->n_in, nb = n_in / 32, groups = 0, warps;
+    for (int i = 0; i < n; i++) {
+        if (ws[i]->type != CS_DTYPE_Q8_0)
+            return CS_EUNSUPPORTED;
+        groups += (int)((ws[i]->n_out + 31) / 32);
+    }
     /* exactly the cases where matmul_q8 would run the segmented GEMV with x
      * quantized in shared memory for this one token */
-    if (w->type != CS_DTYPE_Q8_0 || groups > gemv_seg_max_units() || nb <= CS_DOT_SEG_BLOCKS ||
-        tiles->gemv_max_tokens < 1 || !gemv_plan(tiles, 1, n_in, &warps))
+    if (groups > gemv_seg_max_units() || nb <= CS_DOT_SEG_BLOCKS || tiles->gemv_max_tokens < 1 ||
+        !gemv_plan(tiles, 1, n_in, &warps))
         return CS_EUNSUPPORTED;
     /* the prologue's shapes: a gated head is one warp's 4 blocks */
     if (pro->kind == CUDA_MM_PRO_GATED_RMSNORM &&
@@ -636,14 +651,25 @@ extern "C" int cuda_matmul_pro_1(float *y, const struct cs_weight *w, const floa
         return CS_EUNSUPPORTED;
     if (pro->kind == CUDA_MM_PRO_SIGMOID_GATE && (pro->head_dim <= 0 || n_in % pro->head_dim != 0))
         return CS_EUNSUPPORTED;
+    /* the row in registers as k_add_rmsnorm holds it; the sum is written
+     * while other blocks still read x and aux */
+    if (pro->kind == CUDA_MM_PRO_ADD_RMSNORM &&
+        (n_in > NORM_THREADS * NORM_NPT || !pro->norm_w || !pro->x_out ||
+         ranges_overlap(pro->x_out, n_in, x, n_in) ||
+         ranges_overlap(pro->x_out, n_in, pro->aux, n_in)))
+        return CS_EUNSUPPORTED;
     struct mm_parts ps;
-    ps.n = 1;
-    ps.p[0].q = (const int4 *)w->data;
-    ps.p[0].d = (const __half *)w->aux;
-    ps.p[0].y = y;
-    ps.p[0].n_out = (int)w->n_out;
-    ps.p[0].unit_begin = 0;
-    cudaError_t e = gemv_seg_launch(1, ps, groups, x, NULL, NULL, n_in, nb, true, stream, pro);
+    ps.n = n;
+    int units = 0;
+    for (int i = 0; i < n; i++) {
+        ps.p[i].q = (const int4 *)ws[i]->data;
+        ps.p[i].d = (const __half *)ws[i]->aux;
+        ps.p[i].y = ys[i];
+        ps.p[i].n_out = (int)ws[i]->n_out;
+        ps.p[i].unit_begin = units;
+        units += (int)((ws[i]->n_out + 31) / 32);
+    }
+    cudaError_t e = gemv_seg_launch(1, ps, units, x, NULL, NULL, n_in, nb, true, stream, pro);
     if (e == cudaErrorNotReady)
         return CS_EUNSUPPORTED;   /* no workspace now (capturing): the caller's two launches */
     if (e != cudaSuccess) {
@@ -652,6 +678,14 @@ extern "C" int cuda_matmul_pro_1(float *y, const struct cs_weight *w, const floa
         return CS_ECUDA;
     }
     return CS_OK;
+}
+
+extern "C" int cuda_matmul_pro_1(float *y, const struct cs_weight *w, const float *x,
+                                 const struct cuda_mm_pro *pro, struct CUstream_st *stream)
+{
+    float *ys[1] = {y};
+    const struct cs_weight *ws[1] = {w};
+    return cuda_matmul_pro_n(1, ys, ws, x, pro, stream);
 }
 
 extern "C" int cuda_matmul_swiglu_1(float *y, const struct cs_weight *w, const float *g,

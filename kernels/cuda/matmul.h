@@ -111,16 +111,21 @@ enum cuda_mm_pro_kind {
     CUDA_MM_PRO_SWIGLU = 1,        /* silu(x) * aux: k_silu_mul (FFN down) */
     CUDA_MM_PRO_GATED_RMSNORM = 2, /* per head: rmsnorm(x) * norm_w * silu(aux): k_gated_rmsnorm
                                     * (GDN output; head_dim 128 only) */
-    CUDA_MM_PRO_SIGMOID_GATE = 3   /* x * sigmoid(aux[h * aux_head_stride + d]): k_sigmoid_gate
+    CUDA_MM_PRO_SIGMOID_GATE = 3,  /* x * sigmoid(aux[h * aux_head_stride + d]): k_sigmoid_gate
                                     * (attention output) */
+    CUDA_MM_PRO_ADD_RMSNORM = 4    /* rmsnorm(x + aux) * norm_w over the whole row (n_in <=
+                                    * 8192), x + aux also written to x_out: k_add_rmsnorm
+                                    * (the input projections after a residual add) */
 };
 struct cuda_mm_pro {
     int kind;
-    const float *aux;     /* u, z or the gate (one token) */
-    const float *norm_w;  /* GATED_RMSNORM: [head_dim] */
+    const float *aux;     /* u, z, the gate, or the residual's y (one token) */
+    const float *norm_w;  /* GATED_RMSNORM: [head_dim]; ADD_RMSNORM: [n_in] */
     int head_dim;
     int aux_head_stride;  /* SIGMOID_GATE */
-    float eps;            /* GATED_RMSNORM */
+    float eps;            /* GATED_RMSNORM, ADD_RMSNORM */
+    float *x_out;         /* ADD_RMSNORM: x + aux [n_in], overlapping neither x nor aux (other
+                           * blocks still read them); each value written by one block */
 };
 
 /* y = w pro(x) for one token, fused into the segmented GEMV. Returns
@@ -129,6 +134,13 @@ struct cuda_mm_pro {
  * not take, or its workspace cannot grow while capturing): the caller then
  * runs the op and the matmul. */
 int cuda_matmul_pro_1(float *y, const struct cs_weight *w, const float *x,
+                      const struct cuda_mm_pro *pro, struct CUstream_st *stream);
+
+/* ys[i] = ws[i] pro(x) for i < n (n <= CUDA_MATMUL_MAX_WEIGHTS, all Q8_0
+ * of one n_in), one token, one launch: cuda_matmul_pro_1 over several
+ * weights (as cuda_matmul fuses them). The same CS_EUNSUPPORTED cases, and
+ * any weight not Q8_0. */
+int cuda_matmul_pro_n(int n, float *const *ys, const struct cs_weight *const *ws, const float *x,
                       const struct cuda_mm_pro *pro, struct CUstream_st *stream);
 
 /* cuda_matmul_pro_1 with the SwiGLU prologue: y = w (silu(g) * u). */

@@ -9,9 +9,7 @@
 #include "gated_norm.cuh"
 #include "launch.cuh"
 #include "ops_cuda.cuh"
-
-#define NORM_THREADS 1024
-#define NORM_NPT 8   /* values per thread held in registers: dim <= 8192 */
+#include "rms_row.cuh"
 
 /* This thread's norm weights w[threadIdx.x + e * NORM_THREADS] (0 past dim). */
 static __device__ __forceinline__ void rms_weights(float *wv, const float *w, int dim)
@@ -24,22 +22,20 @@ static __device__ __forceinline__ void rms_weights(float *wv, const float *w, in
 }
 
 /* The part of an RMSNorm row after the loads, shared by k_rmsnorm and
- * k_add_rmsnorm so both run the same arithmetic: v holds x[threadIdx.x +
- * e * NORM_THREADS] (0 past dim), wv the weights alike; yr[i] = v * scale * w[i]. */
-static __device__ __forceinline__ void rms_row_regs(float *yr, const float *v, const float *wv,
-                                                    int dim, float eps, float *scratch)
+ * k_add_rmsnorm so both run the same arithmetic (rms_row.cuh, which the
+ * GEMV's add_rmsnorm prologue runs too): v holds x[threadIdx.x + e *
+ * NORM_THREADS] (0 past dim), wv the weights alike; yr[i] = v * scale * w[i]. */
+static __device__ __forceinline__ void rms_row_regs(float *yr, const float (&v)[NORM_NPT],
+                                                    const float (&wv)[NORM_NPT], int dim, float eps,
+                                                    float *scratch)
 {
-    float ss = 0.0f;
-#pragma unroll
-    for (int e = 0; e < NORM_NPT; e++)
-        ss += v[e] * v[e];
-    ss = block_sum(ss, scratch);
-    float scale = 1.0f / sqrtf(ss / (float)dim + eps);
+    float ss = block_sum(rms_sumsq(v), scratch);
+    float scale = rms_scale(ss, dim, eps);
 #pragma unroll
     for (int e = 0; e < NORM_NPT; e++) {
         int i = threadIdx.x + e * NORM_THREADS;
         if (i < dim)
-            yr[i] = v[e] * scale * wv[e];
+            yr[i] = rms_apply(v[e], scale, wv[e]);
     }
 }
 
@@ -63,13 +59,16 @@ static __global__ void __launch_bounds__(NORM_THREADS) k_rmsnorm(float *out, con
     rms_row_regs(out + (size_t)blockIdx.x * dim, v, wv, dim, eps, scratch);
 }
 
-/* k_rmsnorm with x[t] += y[t] first (written back): each value is the one
- * k_add would store, and it enters the same tree. */
+/* k_rmsnorm of x[t] + y[t], the sum written to x_out[t] (x_out == x: in
+ * place): each value is the one k_add would store, and it enters the same
+ * tree. */
 static __global__ void __launch_bounds__(NORM_THREADS)
-    k_add_rmsnorm(float *x, const float *y, float *out, const float *w, int dim, float eps)
+    k_add_rmsnorm(float *x_out, const float *x, const float *y, float *out, const float *w,
+                  int dim, float eps)
 {
     __shared__ float scratch[32];
-    float *xr = x + (size_t)blockIdx.x * dim;
+    const float *xr = x + (size_t)blockIdx.x * dim;
+    float *xo = x_out + (size_t)blockIdx.x * dim;
     const float *yr = y + (size_t)blockIdx.x * dim;
     float v[NORM_NPT], wv[NORM_NPT];
     rms_weights(wv, w, dim);
@@ -77,19 +76,20 @@ static __global__ void __launch_bounds__(NORM_THREADS)
 #pragma unroll
     for (int e = 0; e < NORM_NPT; e++) {
         int i = threadIdx.x + e * NORM_THREADS;
-        v[e] = i < dim ? xr[i] + yr[i] : 0.0f;
+        v[e] = i < dim ? rms_add(xr[i], yr[i]) : 0.0f;
     }
 #pragma unroll
     for (int e = 0; e < NORM_NPT; e++) {
         int i = threadIdx.x + e * NORM_THREADS;
         if (i < dim)
-            xr[i] = v[e];
+            xo[i] = v[e];
     }
     rms_row_regs(out + (size_t)blockIdx.x * dim, v, wv, dim, eps, scratch);
 }
 
-/* Rows longer than NORM_THREADS * NORM_NPT. With y (add_rmsnorm), x += y
- * first; each thread rereads only the values it wrote itself. */
+/* Rows longer than NORM_THREADS * NORM_NPT. With y (add_rmsnorm), xw = xr +
+ * y first (xw may equal xr); each thread rereads only the values it wrote
+ * itself. */
 static __device__ __forceinline__ void rms_row_long(float *yr, float *xw, const float *xr,
                                                     const float *ya, const float *w, int dim,
                                                     float eps, float *scratch)
@@ -106,8 +106,9 @@ static __device__ __forceinline__ void rms_row_long(float *yr, float *xw, const 
             ss += xr[i] * xr[i];
     ss = block_sum(ss, scratch);
     float scale = 1.0f / sqrtf(ss / (float)dim + eps);
+    const float *xn = ya ? xw : xr;   /* the normed row: the sum when there is one */
     for (int i = threadIdx.x; i < dim; i += blockDim.x)
-        yr[i] = xr[i] * scale * w[i];
+        yr[i] = xn[i] * scale * w[i];
 }
 
 static __global__ void k_rmsnorm_long(float *out, const float *x, const float *w, int dim,
@@ -119,13 +120,13 @@ static __global__ void k_rmsnorm_long(float *out, const float *x, const float *w
     rms_row_long(out + off, NULL, x + off, NULL, w, dim, eps, scratch);
 }
 
-static __global__ void k_add_rmsnorm_long(float *x, const float *y, float *out, const float *w,
-                                          int dim, float eps)
+static __global__ void k_add_rmsnorm_long(float *x_out, const float *x, const float *y, float *out,
+                                          const float *w, int dim, float eps)
 {
     __shared__ float scratch[32];
     cuda_pdl_enter();
     size_t off = (size_t)blockIdx.x * dim;
-    rms_row_long(out + off, x + off, x + off, y + off, w, dim, eps, scratch);
+    rms_row_long(out + off, x_out + off, x + off, y + off, w, dim, eps, scratch);
 }
 
 /* One warp per head of head_dim values: x = rmsnorm(x) * w * silu(z). Heads
@@ -178,19 +179,25 @@ int cuda_op_rmsnorm(struct cs_backend *be, float *out, const float *x, const flo
     return CS_OK;
 }
 
-int cuda_op_add_rmsnorm(struct cs_backend *be, float *x, const float *y, float *out,
-                        const float *w, int n_tokens, int dim, float eps)
+int cuda_add_rmsnorm_to(struct cs_backend *be, float *x_out, const float *x, const float *y,
+                        float *out, const float *w, int n_tokens, int dim, float eps)
 {
     if (n_tokens <= 0)
         return CS_OK;
     cudaStream_t s = cuda_ctx_of(be)->stream;
     if (dim <= NORM_THREADS * NORM_NPT)
-        CS_CUDA_CHECK(cuda_launch(k_add_rmsnorm, n_tokens, NORM_THREADS, 0, s, x, y, out, w, dim,
-                                  eps));
+        CS_CUDA_CHECK(cuda_launch(k_add_rmsnorm, n_tokens, NORM_THREADS, 0, s, x_out, x, y, out, w,
+                                  dim, eps));
     else
-        CS_CUDA_CHECK(
-            cuda_launch(k_add_rmsnorm_long, n_tokens, NORM_THREADS, 0, s, x, y, out, w, dim, eps));
+        CS_CUDA_CHECK(cuda_launch(k_add_rmsnorm_long, n_tokens, NORM_THREADS, 0, s, x_out, x, y,
+                                  out, w, dim, eps));
     return CS_OK;
+}
+
+int cuda_op_add_rmsnorm(struct cs_backend *be, float *x, const float *y, float *out,
+                        const float *w, int n_tokens, int dim, float eps)
+{
+    return cuda_add_rmsnorm_to(be, x, x, y, out, w, n_tokens, dim, eps);
 }
 
 int cuda_op_gated_rmsnorm(struct cs_backend *be, float *x, const float *z, const float *w,

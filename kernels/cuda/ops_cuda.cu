@@ -302,6 +302,29 @@ static int cu_matmul_sigmoid_gate(struct cs_backend *be, float *y, const struct 
     return cu_matmul(be, 1, ys, ws, x, n_tokens);
 }
 
+/* One decode token: the add and the norm in the GEMV's prologue (each
+ * block recomputes the row's norm; blocks of the first row group store the
+ * sum). Else, or where that kernel does not apply, the two launches. */
+static int cu_matmul_add_rmsnorm(struct cs_backend *be, int n, float *const *ys,
+                                 const struct cs_weight *const *ws, float *x_out, const float *x,
+                                 const float *y, const float *norm_w, float *normed, int n_tokens,
+                                 int dim, float eps)
+{
+    struct cuda_ctx *c = cuda_ctx_of(be);
+    if (n_tokens <= 0)
+        return CS_OK;
+    if (n <= 0 || n > CUDA_MATMUL_MAX_WEIGHTS || !ws || !ws[0] || ws[0]->n_in != dim)
+        return CS_EINVAL;
+    if (n_tokens == 1) {
+        struct cuda_mm_pro pro = {CUDA_MM_PRO_ADD_RMSNORM, y, norm_w, 0, 0, eps, x_out};
+        int rc = cuda_matmul_pro_n(n, ys, ws, x, &pro, c->stream);
+        if (rc != CS_EUNSUPPORTED)
+            return rc;
+    }
+    int rc = cuda_add_rmsnorm_to(be, x_out, x, y, normed, norm_w, n_tokens, dim, eps);
+    return rc ? rc : cu_matmul(be, n, ys, ws, normed, n_tokens);
+}
+
 /* ---- step_begin: the batch and the attention work lists, one upload ---- */
 
 struct stage_layout {
@@ -679,6 +702,7 @@ static void table_fill(struct cs_backend *be)
     be->matmul_swiglu = cu_matmul_swiglu;
     be->matmul_gated_rmsnorm = cu_matmul_gated_rmsnorm;
     be->matmul_sigmoid_gate = cu_matmul_sigmoid_gate;
+    be->matmul_add_rmsnorm = cu_matmul_add_rmsnorm;
     be->head_norm_rope = cuda_op_head_norm_rope;
     be->kv_store = cuda_op_kv_store;
     be->qk_norm_rope_store = cuda_op_qk_norm_rope_store;

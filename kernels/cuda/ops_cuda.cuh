@@ -118,6 +118,10 @@ int cuda_op_rmsnorm(struct cs_backend *be, float *out, const float *x, const flo
 int cuda_op_add(struct cs_backend *be, float *x, const float *y, size_t n);
 int cuda_op_add_rmsnorm(struct cs_backend *be, float *x, const float *y, float *out,
                         const float *w, int n_tokens, int dim, float eps);
+/* add_rmsnorm with the sum written to x_out (== x: in place, as the op;
+ * else x is only read): one launch, the same values. */
+int cuda_add_rmsnorm_to(struct cs_backend *be, float *x_out, const float *x, const float *y,
+                        float *out, const float *w, int n_tokens, int dim, float eps);
 int cuda_op_silu_mul(struct cs_backend *be, float *out, const float *g, const float *u, size_t n);
 int cuda_op_head_norm_rope(struct cs_backend *be, float *x, int token_stride, int head_stride,
                            int n_heads, int head_dim, const float *norm_w, int rope_dims,

@@ -1,0 +1,218 @@
+/* test_fused_norm.c - proves the CUDA backend's matmul_add_rmsnorm (the
+ * residual add and RMSNorm in the prologue of the segmented GEMV that reads
+ * the norm, kernels/ops.h) bitwise equal to add_rmsnorm then matmul on the
+ * same backend: the projections ys and the sum x_out, at the real shapes of
+ * the projections that follow a norm in a decode step (GDN's 4 input
+ * projections, attention's q/k/v, FFN gate/up, the LM head) for the 9B
+ * (E 4096), 27B (E 5120) and 0.8B (E 1024, where the GEMV has one segment
+ * and the op falls back) models; also a few tokens (the fallback), a row
+ * longer than 8192 (the looping norm kernel), a second call (the GEMV's
+ * tickets reset), and that x and y are only read.
+ * Each check prints "RESULT <name> PASS|FAIL <error figure> (bound)" like
+ * test_ops.c (error: the number of differing outputs). Not a ctest test
+ * (needs a GPU); exits 77 when no CUDA device is present. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../common/gguf.h"
+#include "../../common/half.h"
+#include "../../common/log.h"
+#include "../../kernels/ops.h"
+#include "../test_util.h"
+
+static struct cs_backend *gpu;
+
+static uint64_t rs = 0x243F6A8885A308D3ull;
+
+static uint64_t rnext(void)
+{
+    rs ^= rs >> 12;
+    rs ^= rs << 25;
+    rs ^= rs >> 27;
+    return rs * 2685821657736338717ull;
+}
+
+static float frand(void)   /* uniform in [-1, 1) */
+{
+    return (float)((double)(rnext() >> 11) * (1.0 / 9007199254740992.0) * 2.0 - 1.0);
+}
+
+static float *randv(size_t n, float scale)
+{
+    float *v = malloc(n * sizeof(float) + 16);
+    for (size_t i = 0; i < n; i++)
+        v[i] = frand() * scale;
+    return v;
+}
+
+static void *dev_new(const void *host, size_t bytes)
+{
+    void *p = NULL;
+    if (gpu->alloc(gpu, &p, bytes) || (host && gpu->upload(gpu, p, host, bytes))) {
+        fprintf(stderr, "alloc/upload of %zu bytes failed\n", bytes);
+        exit(1);
+    }
+    return p;
+}
+
+static void *dev_randv(size_t n, float scale)
+{
+    float *h = randv(n, scale);
+    void *p = dev_new(h, n * sizeof(float));
+    free(h);
+    return p;
+}
+
+/* Floats that differ (bitwise) between two device arrays. */
+static double dev_differ(const void *a, const void *b, size_t n)
+{
+    uint32_t *x = malloc(n * 4), *y = malloc(n * 4);
+    CHECK(gpu->download(gpu, x, a, n * 4) == 0);
+    CHECK(gpu->download(gpu, y, b, n * 4) == 0);
+    size_t d = 0;
+    for (size_t i = 0; i < n; i++)
+        d += x[i] != y[i];
+    free(x);
+    free(y);
+    return (double)d;
+}
+
+static void report(const char *name, double err, double bound)
+{
+    int ok = err <= bound;
+    printf("RESULT %-44s %s err=%.3g (bound %.1g)\n", name, ok ? "PASS" : "FAIL", err, bound);
+    fflush(stdout);
+    CHECK(ok);
+}
+
+/* Random Q8_0 rows as a GGUF holds them (34 bytes per 32 weights); quants
+ * 8 at a time (the LM head has a billion). */
+static uint8_t *q8_0_rows(int64_t n_in, int64_t n_out)
+{
+    size_t row_bytes = (size_t)n_in / 32 * 34, blocks = (size_t)n_out * (size_t)n_in / 32;
+    uint8_t *h = malloc(row_bytes * (size_t)n_out);
+    for (size_t b = 0; b < blocks; b++) {
+        uint8_t *blk = h + b * 34;
+        uint16_t d = cs_float_to_half(0.01f + 0.01f * (float)(rnext() >> 40) / 16777216.0f);
+        memcpy(blk, &d, 2);
+        for (int i = 0; i < 32; i += 8) {
+            uint64_t r = rnext();
+            for (int j = 0; j < 8; j++) {
+                int8_t q = (int8_t)(r >> (8 * j));
+                blk[2 + i + j] = (uint8_t)(q == -128 ? -127 : q);
+            }
+        }
+    }
+    return h;
+}
+
+/* n weights of E inputs and outs[i] outputs; T tokens. Fused: x_out = x + y,
+ * ys = ws rmsnorm(x_out) w. Separate: xr = x, add_rmsnorm(xr, y, normed),
+ * matmul(normed). Both on the GPU; equal bit for bit. */
+static void check_shape(const char *tag, int E, int n, const int64_t *outs, int T)
+{
+    char name[96];
+    struct cs_weight ws_[8];
+    const struct cs_weight *ws[8];
+    float *y1[8], *y2[8];
+    size_t ny[8], nx = (size_t)T * (size_t)E;
+    for (int i = 0; i < n; i++) {
+        uint8_t *h = q8_0_rows(E, outs[i]);
+        memset(&ws_[i], 0, sizeof ws_[i]);
+        CHECK(gpu->weight_upload(gpu, &ws_[i], CS_DTYPE_Q8_0, E, outs[i], h) == 0);
+        free(h);
+        ws[i] = &ws_[i];
+        ny[i] = (size_t)T * (size_t)outs[i];
+        y1[i] = dev_new(NULL, ny[i] * 4);
+        y2[i] = dev_new(NULL, ny[i] * 4);
+    }
+    float *hx = randv(nx, 4.0f);
+    float *x = dev_new(hx, nx * 4), *xr = dev_new(hx, nx * 4), *x0 = dev_new(hx, nx * 4);
+    float *y = dev_randv(nx, 2.0f), *y0 = dev_new(NULL, nx * 4), *w = dev_randv(E, 1.5f);
+    float *x_out = dev_new(NULL, nx * 4), *normed = dev_new(NULL, nx * 4);
+    float *normed2 = dev_new(NULL, nx * 4);
+    CHECK(gpu->copy(gpu, y0, y, nx * 4) == 0);
+    float eps = 1e-6f;
+    CHECK(gpu->matmul_add_rmsnorm(gpu, n, y1, ws, x_out, x, y, w, normed, T, E, eps) == 0);
+    CHECK(gpu->add_rmsnorm(gpu, xr, y, normed2, w, T, E, eps) == 0);
+    CHECK(gpu->matmul(gpu, n, y2, ws, normed2, T) == 0);
+    CHECK(gpu->sync(gpu) == 0);
+    double d = 0;
+    for (int i = 0; i < n; i++)
+        d += dev_differ(y1[i], y2[i], ny[i]);
+    snprintf(name, sizeof name, "fused_norm ys %s T=%d", tag, T);
+    report(name, d, 0);
+    snprintf(name, sizeof name, "fused_norm x_out %s T=%d", tag, T);
+    report(name, dev_differ(x_out, xr, nx), 0);
+    snprintf(name, sizeof name, "fused_norm x, y unchanged %s T=%d", tag, T);
+    report(name, dev_differ(x, x0, nx) + dev_differ(y, y0, nx), 0);
+    /* again, outputs poisoned: every value rewritten, the same */
+    for (int i = 0; i < n; i++)
+        CHECK(gpu->zero(gpu, y1[i], ny[i] * 4) == 0);
+    CHECK(gpu->zero(gpu, x_out, nx * 4) == 0);
+    CHECK(gpu->matmul_add_rmsnorm(gpu, n, y1, ws, x_out, x, y, w, normed, T, E, eps) == 0);
+    CHECK(gpu->sync(gpu) == 0);
+    d = dev_differ(x_out, xr, nx);
+    for (int i = 0; i < n; i++)
+        d += dev_differ(y1[i], y2[i], ny[i]);
+    snprintf(name, sizeof name, "fused_norm second call %s T=%d", tag, T);
+    report(name, d, 0);
+    for (int i = 0; i < n; i++) {
+        gpu->free(gpu, y1[i]);
+        gpu->free(gpu, y2[i]);
+        gpu->weight_free(gpu, &ws_[i]);
+    }
+    float *bufs[] = {x, xr, x0, y, y0, w, x_out, normed, normed2};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        gpu->free(gpu, bufs[i]);
+    free(hx);
+}
+
+/* The model's shapes (tools/mkmodel.c presets): GDN qkv = 2 * 128 * Gk +
+ * 128 * Hv, z = 128 * Hv, beta = alpha = Hv; attention q = 2 * 256 * Hq,
+ * k = v = 256 * Hkv; FFN gate = up = n_ff. */
+static void check_model(const char *tag, int E, int Gk, int Hv, int Hq, int Hkv, int64_t ff,
+                        int64_t vocab)
+{
+    char t[64];
+    int64_t gdn[4] = {2 * 128 * Gk + 128 * Hv, 128 * Hv, Hv, Hv};
+    int64_t att[3] = {2 * 256 * Hq, 256 * Hkv, 256 * Hkv};
+    int64_t ffn[2] = {ff, ff};
+    snprintf(t, sizeof t, "%s gdn_in", tag);
+    check_shape(t, E, 4, gdn, 1);
+    snprintf(t, sizeof t, "%s attn_qkv", tag);
+    check_shape(t, E, 3, att, 1);
+    snprintf(t, sizeof t, "%s ffn_gate_up", tag);
+    check_shape(t, E, 2, ffn, 1);
+    snprintf(t, sizeof t, "%s ffn_gate_up", tag);
+    check_shape(t, E, 2, ffn, 3);
+    if (vocab > 0) {
+        int64_t head[1] = {vocab};
+        snprintf(t, sizeof t, "%s lm_head", tag);
+        check_shape(t, E, 1, head, 1);
+    }
+}
+
+int main(void)
+{
+    cs_log_set_level(CS_LOG_WARN);
+    if (cs_backend_cuda_create(&gpu, 0) != 0) {
+        fprintf(stderr, "no CUDA device: skipped\n");
+        return 77;
+    }
+    if (!gpu->matmul_add_rmsnorm) {
+        report("fused_norm: op present", 1, 0);
+        gpu->destroy(gpu);
+        return test_report();
+    }
+    check_model("9B", 4096, 16, 32, 16, 4, 12288, 248320);
+    check_model("27B", 5120, 16, 48, 24, 4, 17408, 0);
+    check_model("0.8B", 1024, 16, 16, 8, 2, 3584, 0);
+    int64_t small[2] = {256, 64};
+    check_shape("long row 9216", 9216, 2, small, 1);
+    check_shape("2B-like 2048", 2048, 2, small, 1);
+    gpu->destroy(gpu);
+    return test_report();
+}
