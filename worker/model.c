@@ -114,13 +114,17 @@ static int mixer_attention(struct cs_model *m, struct cs_state *st, int l, const
     int q_stride = 2 * D * hp->n_head, kv_stride = D * hp->n_head_kv;
     const struct cs_weight *wo[1] = {&w->wo};
     float *out[1] = {st->tmp};
-    if ((rc = be->head_norm_rope(be, st->q, q_stride, 2 * D, hp->n_head, D, w->q_norm,
-                                 hp->rope_dims, hp->rope_base, hp->eps, b)) ||
-        (rc = be->head_norm_rope(be, st->k, kv_stride, D, hp->n_head_kv, D, w->k_norm,
-                                 hp->rope_dims, hp->rope_base, hp->eps, b)) ||
-        (rc = be->kv_store(be, &st->kv[l], st->k, kv_stride, st->v, kv_stride, b)) ||
-        (rc = be->attention(be, st->attn_out, st->q, q_stride, 2 * D, hp->n_head, &st->kv[l],
-                            1.0f / sqrtf((float)D), b)))
+    if (be->qk_norm_rope_store)   /* the three ops below in one launch (bitwise the same) */
+        rc = be->qk_norm_rope_store(be, st->q, q_stride, 2 * D, hp->n_head, st->k, st->v,
+                                    kv_stride, hp->n_head_kv, D, w->q_norm, w->k_norm,
+                                    hp->rope_dims, hp->rope_base, hp->eps, &st->kv[l], b);
+    else if (!(rc = be->head_norm_rope(be, st->q, q_stride, 2 * D, hp->n_head, D, w->q_norm,
+                                       hp->rope_dims, hp->rope_base, hp->eps, b)) &&
+             !(rc = be->head_norm_rope(be, st->k, kv_stride, D, hp->n_head_kv, D, w->k_norm,
+                                       hp->rope_dims, hp->rope_base, hp->eps, b)))
+        rc = be->kv_store(be, &st->kv[l], st->k, kv_stride, st->v, kv_stride, b);
+    if (rc || (rc = be->attention(be, st->attn_out, st->q, q_stride, 2 * D, hp->n_head,
+                                  &st->kv[l], 1.0f / sqrtf((float)D), b)))
         return rc;
     if (be->matmul_sigmoid_gate)   /* the gate in the projection's prologue (bitwise the same) */
         return be->matmul_sigmoid_gate(be, st->tmp, &w->wo, st->attn_out, st->q + D, q_stride,
