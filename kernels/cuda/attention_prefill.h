@@ -8,8 +8,9 @@
  * decode path of attention.cu and their rows of out are not touched. The
  * batch is the one of the last step_begin. head_dim 256, F16 or F32 KV,
  * n_heads / n_kv_heads in 1..8; anything else returns CS_EUNSUPPORTED (logged,
- * nothing run), as does a device with less than 96 KB of opt-in shared
- * memory per block for the shape (GQA group 4, 7, 8; 56 KB for 1, 2).
+ * nothing run), as does a device whose opt-in shared memory per block is
+ * below what the group needs (96 KB for G 4, 7, 8; 76 KB for 3, 5, 6; 56 KB
+ * for 1, 2: every sm_70+ GPU has them).
  * Numerics: fp32, equal to the CPU reference within 1e-5 relative; a token's
  * bits depend only on its position and its sequence's KV, not on the batch
  * or the query tiling (kernels/ops.h batch invariance). */
