@@ -36,6 +36,9 @@ static __host__ __device__ __forceinline__ int cs_attn_n_splits(int pos)
 }
 /* Prefill query tiles: up to this many consecutive tokens of one sequence. */
 #define CS_ATTN_QTILE 2
+/* Query tiles of the tiled prefill kernel (attention_prefill.cu): up to this
+ * many consecutive tokens of one sequence. */
+#define CS_ATTN_PTILE 16
 
 /* The step's batch on the device (step_begin uploads it in one copy). */
 struct cuda_batch {
@@ -48,6 +51,9 @@ struct cuda_batch {
     int2 *qtiles;
     int n_qtiles;
     int max_dec_splits;         /* splits of the longest decode context */
+    int2 *ptiles;               /* prefill tiles of CS_ATTN_PTILE tokens (int2 as qtiles) */
+    int n_ptiles;
+    int max_ptile_pos;          /* largest position of a token in ptiles, -1 if none */
 };
 
 /* One recorded decode step (ops_cuda.cu, "graphs"). The key is everything
@@ -83,6 +89,9 @@ struct cuda_ctx {
     void *gdnc_scratch;   /* gdn_chunked.cu: a window's per-chunk matrices */
     size_t gdnc_scratch_cap;
     int gdnc_ready;       /* gdn_chunked.cu: shared-memory attributes set (gdnc_setup) */
+    /* attention_prefill.cu: partials of prefill KV splits (grows as needed) */
+    float *apf_part;
+    size_t apf_part_cap;
     /* sampling buffers (grow as needed) */
     void *d_sample, *h_sample;
     size_t sample_cap;

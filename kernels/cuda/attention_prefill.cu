@@ -1,0 +1,608 @@
+/* attention_prefill.cu - causal GQA attention for the prefill tokens of a
+ * step (attention_prefill.h): a register-tiled FP32 flash-attention kernel,
+ * FFMA only (the target GPUs' tensor cores are unusable), over paged KV of
+ * F16 or F32 elements, head_dim 256.
+ *
+ * Why: attention.cu's prefill kernel gives each warp a few query rows and
+ * reduces every score across the warp with shuffles; it reads K/V from L2
+ * once per 2 tokens and ran at ~10 TFLOP/s on an H200. Here a block works
+ * like an SGEMM block: all ROWS = 4 * NTY query rows of a tile (row = token
+ * x head of the kv head's GQA group) share every K/V tile staged in shared
+ * memory, and each thread owns a 4-row micro-tile of S = Q K^T and of the
+ * output O, so each shared-memory load feeds 4 to 16 FFMAs.
+ *
+ * Block = (query sub-tile, kv head, KV split); NTY * 16 threads, thread
+ * (ty, tx) = (tid / 16, tid % 16) owns rows r_i = ty + NTY * i (i < 4).
+ * - Host tiles are CS_ATTN_PTILE = 16 tokens of one sequence (ops_cuda.cu).
+ *   A block takes TS tokens of one: TS * G <= ROWS rows (NTY 8 for G 1-2,
+ *   12 for G 3, 5, 6, 16 for G 4, 7, 8: 16 tokens x 4 heads = 64 rows at
+ *   the 9B shape, 2 blocks of 8 tokens x 6 heads = 48 rows at 27B).
+ * - Shared memory (floats): Q [ROWS][256], scaled, float4 group g of row r
+ *   stored at g ^ (r & 1) (the two rows a warp reads at once fall in
+ *   different banks; the swizzle is folded into two base pointers, so the
+ *   loads keep immediate offsets); a 16 KB staging buffer; P [ROWS][64]
+ *   (same swizzle). 96 KB at NTY 16: within sm_70's opt-in limit.
+ * - A KV tile is 64 positions, staged in 8 chunks of 4096 floats (F16 is
+ *   converted once, on the store): 4 chunks of K transposed, [64 dims][64
+ *   positions] (the thread reads float4 K^T[d][4tx..4tx+3], conflict-free,
+ *   no padding), then 4 chunks of V, [16 positions][256 dims]. Chunk c + 1
+ *   is fetched into registers while chunk c is used (one global round trip
+ *   hidden behind ~1,000 FFMAs per thread).
+ * - S: s[i][jj] = sum over d ascending of q[r_i][d] k[4tx + jj][d] (fmaf),
+ *   whole dot product in one thread, no cross-thread reduction. Online
+ *   softmax per row over each KV tile: the tile's max and sum of a row are
+ *   reduced over the 16 tx lanes of its half-warp by a fixed butterfly; m, l
+ *   and alpha = exp(m_old - m_new) as in flash attention; P to shared memory.
+ * - O += P V: thread owns 4 rows x 16 dims (dims 64k + 4tx + 0..3), 64
+ *   accumulators; per 4 positions 4 loads of P, 16 of V, 256 FFMAs.
+ * - Long contexts: KV splits of APF_SPLIT positions at fixed multiples
+ *   (positions only), so a 512-token chunk late in a 32K prompt still fills
+ *   the GPU. A row whose position is below APF_SPLIT has one split and its
+ *   block writes the normalised output; other rows write an unnormalised
+ *   partial (acc, m, l) per split, merged in split order by
+ *   k_attn_prefill_combine. Blocks whose split starts past their last token
+ *   exit (after the PDL wait). Partials live in c->apf_part, at most
+ *   APF_PART_MAX_BYTES: the host tiles run in passes when more is needed.
+ *
+ * Batch invariance (kernels/ops.h): every operation on a row depends only on
+ * its position and its sequence's KV: KV tiles and splits start at absolute
+ * multiples of 64 and APF_SPLIT, a row's dot products, max and sum are the
+ * same expression whatever slot the row has in its tile, masked positions
+ * give p = 0 exactly (exp(-inf)), and a KV tile past a row's position leaves
+ * its m, l, acc bit-identical (alpha = exp(0) = 1, acc + 0 * v). So a token
+ * gives the same bits alone, in any batch and in any chunking of its prompt.
+ * Positions at or past the tile's end, or whose page is out of range, read
+ * as zeros. */
+#include <cuda_fp16.h>
+
+#include "../../common/gguf.h"
+#include "attention_prefill.h"
+#include "cuda_util.cuh"
+#include "launch.cuh"
+#include "ops_cuda.cuh"
+
+#define APF_D 256                        /* head_dim */
+#define APF_KT 64                        /* KV positions per tile */
+#define APF_KC 64                        /* dims of a K chunk */
+#define APF_VC 16                        /* positions of a V chunk */
+#define APF_CHUNK (APF_KT * APF_KC)      /* floats staged at once (= APF_VC * APF_D) */
+#define APF_SPLIT 2048                   /* KV positions per split */
+#define APF_PART_MAX_BYTES ((size_t)256 << 20)
+/* Blocks per SM the register allocation aims at. 1: ~220-250 registers, no
+ * spills (8 warps per SM at 64 rows); 2 caps them at 128 and spills ~340 B
+ * at NTY 16 (ptxas, CUDA 13): measure before changing. */
+#ifndef APF_MIN_BLOCKS
+#define APF_MIN_BLOCKS 1
+#endif
+
+struct apf_args {
+    const void *pages;
+    int n_pages, page_size, n_kv, max_pages;
+    const float *q;
+    int q_ts, q_hs, n_heads, group;
+    int tok_per_block, subs;             /* tokens of a host tile per block, blocks per host tile */
+    int n_splits;                        /* grid.z: splits of the longest context */
+    float scale;
+    const int32_t *pos, *seq_of, *page_table;
+    const int2 *tiles;                   /* this pass's host tiles */
+};
+
+/* ---- staging of K and V chunks ---- */
+
+/* One chunk in registers (int4 of raw elements), fetched a chunk ahead. */
+template <typename T, int NT>
+struct apf_stage {
+    static const int VEC = 16 / (int)sizeof(T);              /* elements per int4 */
+    static const int V_N = APF_VC * APF_D / VEC;             /* int4 of a V chunk */
+    static const int K_PAIRS = APF_KT * APF_KC / (2 * VEC);  /* int4 pairs (32 B) of a K chunk */
+    static const int V_IT = (V_N + NT - 1) / NT;
+    static const int K_IT = (K_PAIRS + NT - 1) / NT;
+    static const int N = V_IT > 2 * K_IT ? V_IT : 2 * K_IT;
+    int4 v[N];
+};
+
+/* Row pos (K: which 0, V: 1) of kv head h of sequence seq, or NULL when its
+ * page is out of range. */
+template <typename T>
+static __device__ __forceinline__ const T *apf_row(const struct apf_args &a, int seq, int h,
+                                                   int pos, int which)
+{
+    int pi = pos / a.page_size;
+    int pg = pi < a.max_pages ? a.page_table[(size_t)seq * a.max_pages + pi] : -1;
+    if (pg < 0 || pg >= a.n_pages)
+        return NULL;
+    size_t row = (size_t)a.n_kv * APF_D;
+    return (const T *)a.pages + (size_t)pg * 2 * a.page_size * row +
+           (size_t)which * a.page_size * row + (size_t)(pos - pi * a.page_size) * row +
+           (size_t)h * APF_D;
+}
+
+/* Fetch chunk ci (0-3: K dims [64 ci, 64 ci + 64); 4-7: V positions
+ * p0 + 16 (ci - 4) + [0, 16)) of the KV tile at p0; positions >= p_end read
+ * as zeros. A K pair is 32 B of one position (a full sector); the 32 lanes of
+ * a warp take 32 consecutive positions, so the transposed stores of
+ * apf_put are conflict-free. */
+template <typename T, int NT>
+static __device__ __forceinline__ void apf_fetch(apf_stage<T, NT> &r, const struct apf_args &a,
+                                                 int seq, int h, int p0, int ci, int p_end)
+{
+    typedef apf_stage<T, NT> S;
+    const int vec = S::VEC;
+    size_t row = (size_t)a.n_kv * APF_D;
+    /* page sizes that are multiples of 64 hold a whole KV tile: one lookup */
+    bool one_page = a.page_size % APF_KT == 0;
+    int which = ci < 4 ? 0 : 1;
+    const T *base = one_page ? apf_row<T>(a, seq, h, p0, which) : NULL;
+    if (ci < 4) {
+#pragma unroll
+        for (int it = 0; it < S::K_IT; it++) {
+            int c = threadIdx.x + it * NT;
+            int j = c % APF_KT, e = ci * APF_KC + (c / APF_KT) * 2 * vec;
+            r.v[2 * it] = r.v[2 * it + 1] = make_int4(0, 0, 0, 0);
+            if (c < S::K_PAIRS && p0 + j < p_end) {
+                const T *src = one_page ? (base ? base + j * row : NULL)
+                                        : apf_row<T>(a, seq, h, p0 + j, 0);
+                if (src) {
+                    r.v[2 * it] = __ldg((const int4 *)(src + e));
+                    r.v[2 * it + 1] = __ldg((const int4 *)(src + e + vec));
+                }
+            }
+        }
+        return;
+    }
+    const int per_row = APF_D / vec;
+#pragma unroll
+    for (int it = 0; it < S::V_IT; it++) {
+        int c = threadIdx.x + it * NT;
+        int j = (ci - 4) * APF_VC + c / per_row, e = (c % per_row) * vec;
+        r.v[it] = make_int4(0, 0, 0, 0);
+        if (c < S::V_N && p0 + j < p_end) {
+            const T *src = one_page ? (base ? base + j * row : NULL)
+                                    : apf_row<T>(a, seq, h, p0 + j, 1);
+            if (src)
+                r.v[it] = __ldg((const int4 *)(src + e));
+        }
+    }
+}
+
+/* The VEC elements of an int4 as floats. */
+static __device__ __forceinline__ void apf_unpack(const int4 &v, float *f, const float *)
+{
+    f[0] = __int_as_float(v.x), f[1] = __int_as_float(v.y);
+    f[2] = __int_as_float(v.z), f[3] = __int_as_float(v.w);
+}
+static __device__ __forceinline__ void apf_unpack(const int4 &v, float *f, const __half *)
+{
+    const __half2 *h = (const __half2 *)&v;
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        float2 x = __half22float2(h[k]);
+        f[2 * k] = x.x, f[2 * k + 1] = x.y;
+    }
+}
+
+/* Store the fetched chunk ci into buf as floats: K transposed [dim][position],
+ * V as [position][dim]. */
+template <typename T, int NT>
+static __device__ __forceinline__ void apf_put(float *buf, const apf_stage<T, NT> &r, int ci)
+{
+    typedef apf_stage<T, NT> S;
+    const int vec = S::VEC;
+    if (ci < 4) {
+#pragma unroll
+        for (int it = 0; it < S::K_IT; it++) {
+            int c = threadIdx.x + it * NT;
+            if (c >= S::K_PAIRS)
+                break;
+            int j = c % APF_KT, e = (c / APF_KT) * 2 * vec;
+            float f[2 * vec];
+            apf_unpack(r.v[2 * it], f, (const T *)0);
+            apf_unpack(r.v[2 * it + 1], f + vec, (const T *)0);
+#pragma unroll
+            for (int k = 0; k < 2 * vec; k++)
+                buf[(e + k) * APF_KT + j] = f[k];
+        }
+        return;
+    }
+    const int per_row = APF_D / vec;
+#pragma unroll
+    for (int it = 0; it < S::V_IT; it++) {
+        int c = threadIdx.x + it * NT;
+        if (c >= S::V_N)
+            break;
+        int j = c / per_row, e = (c % per_row) * vec;
+        float f[vec];
+        apf_unpack(r.v[it], f, (const T *)0);
+#pragma unroll
+        for (int k = 0; k < vec; k += 4)
+            *(float4 *)(buf + j * APF_D + e + k) = make_float4(f[k], f[k + 1], f[k + 2], f[k + 3]);
+    }
+}
+
+/* ---- the micro-kernels ---- */
+
+/* s[i][jj] += q[r_i][d] * K^T[d][4tx + jj] over the 64 dims of K chunk ci.
+ * qe / qo: row ty of Q for even / odd float4 groups (the r & 1 swizzle). */
+template <int NTY>
+static __device__ __forceinline__ void apf_scores(float (&s)[4][4], const float *qe,
+                                                  const float *qo, const float *kt)
+{
+#pragma unroll
+    for (int g = 0; g < APF_KC / 4; g++) {
+        const float *qb = (g & 1) ? qo : qe;
+        float4 qv[4];
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+            qv[i] = *(const float4 *)(qb + i * NTY * APF_D + 4 * g);
+#pragma unroll
+        for (int dd = 0; dd < 4; dd++) {
+            float4 kv = *(const float4 *)(kt + (4 * g + dd) * APF_KT);
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                float qd = dd == 0 ? qv[i].x : dd == 1 ? qv[i].y : dd == 2 ? qv[i].z : qv[i].w;
+                s[i][0] = fmaf(qd, kv.x, s[i][0]);
+                s[i][1] = fmaf(qd, kv.y, s[i][1]);
+                s[i][2] = fmaf(qd, kv.z, s[i][2]);
+                s[i][3] = fmaf(qd, kv.w, s[i][3]);
+            }
+        }
+    }
+}
+
+/* acc[i][k] += P[r_i][j] V[j][64k + 4tx + 0..3] over the 16 positions of V
+ * chunk vc (pe / po: row ty of P for even / odd groups, at the chunk). */
+template <int NTY>
+static __device__ __forceinline__ void apf_pv(float4 (&acc)[4][4], const float *pe,
+                                              const float *po, const float *vt)
+{
+#pragma unroll
+    for (int gg = 0; gg < APF_VC / 4; gg++) {
+        const float *pb = (gg & 1) ? po : pe;
+        float4 pv[4];
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+            pv[i] = *(const float4 *)(pb + i * NTY * APF_KT + 4 * gg);
+#pragma unroll
+        for (int jj = 0; jj < 4; jj++) {
+            const float *vr = vt + (4 * gg + jj) * APF_D;
+            float4 vv[4];
+#pragma unroll
+            for (int k = 0; k < 4; k++)
+                vv[k] = *(const float4 *)(vr + 64 * k);
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                float p = jj == 0 ? pv[i].x : jj == 1 ? pv[i].y : jj == 2 ? pv[i].z : pv[i].w;
+#pragma unroll
+                for (int k = 0; k < 4; k++) {
+                    acc[i][k].x = fmaf(p, vv[k].x, acc[i][k].x);
+                    acc[i][k].y = fmaf(p, vv[k].y, acc[i][k].y);
+                    acc[i][k].z = fmaf(p, vv[k].z, acc[i][k].z);
+                    acc[i][k].w = fmaf(p, vv[k].w, acc[i][k].w);
+                }
+            }
+        }
+    }
+}
+
+/* Sum / max over the 16 lanes of a half-warp (a fixed butterfly: every lane
+ * gets the same bits, as a + b == b + a). */
+static __device__ __forceinline__ float half_sum(float v)
+{
+#pragma unroll
+    for (int o = 8; o > 0; o >>= 1)
+        v += __shfl_xor_sync(CS_FULL_MASK, v, o);
+    return v;
+}
+static __device__ __forceinline__ float half_max(float v)
+{
+#pragma unroll
+    for (int o = 8; o > 0; o >>= 1)
+        v = fmaxf(v, __shfl_xor_sync(CS_FULL_MASK, v, o));
+    return v;
+}
+
+/* ---- the kernels ---- */
+
+/* Block (query sub-tile, kv head, split); see the header comment. Output:
+ * out[t][n_heads * D] for rows with one split; otherwise partials
+ * part_acc[prow][D], part_ml[prow] = (m, l), prow = ((tile * CS_ATTN_PTILE +
+ * token in tile) * n_heads + head) * n_splits + split. */
+template <typename T, int NTY>
+static __global__ void __launch_bounds__(NTY * 16, APF_MIN_BLOCKS)
+    k_attn_prefill_tiled(float *out, float *part_acc, float2 *part_ml, struct apf_args a)
+{
+    cuda_pdl_enter();   /* launch.cuh: before any read or write */
+    const int NT = NTY * 16, ROWS = 4 * NTY;
+    extern __shared__ __align__(16) float apf_smem[];
+    float *sq = apf_smem, *sbuf = sq + ROWS * APF_D, *sp = sbuf + APF_CHUNK;
+    int bx = gridDim.x - 1 - blockIdx.x;   /* the last tiles (longest contexts) first */
+    int tile = bx / a.subs, sub = bx - tile * a.subs;
+    int h = blockIdx.y, split = blockIdx.z;
+    int2 ht = a.tiles[tile];
+    int tok0 = sub * a.tok_per_block;
+    int nt = min(a.tok_per_block, ht.y - tok0);
+    if (nt <= 0)
+        return;
+    int t0 = ht.x + tok0;
+    int max_pos = 0;
+    for (int i = 0; i < nt; i++)
+        max_pos = max(max_pos, a.pos[t0 + i]);
+    int p_lo = split * APF_SPLIT;
+    if (p_lo > max_pos)
+        return;
+    int p_end = min(p_lo + APF_SPLIT, max_pos + 1);
+    int seq = a.seq_of[t0];
+    int tid = threadIdx.x, tx = tid & 15, ty = tid >> 4, par = ty & 1;
+    int G = a.group, n_rows = nt * G;
+
+    /* Q rows, scaled; row r: token t0 + r / G, head h * G + r % G */
+    for (int c = tid; c < ROWS * (APF_D / 4); c += NT) {
+        int r = c / (APF_D / 4), g = c % (APF_D / 4);
+        float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (r < n_rows) {
+            const float *qr = a.q + (size_t)(t0 + r / G) * a.q_ts +
+                              (size_t)(h * G + r % G) * a.q_hs + 4 * g;
+            v = make_float4(qr[0] * a.scale, qr[1] * a.scale, qr[2] * a.scale, qr[3] * a.scale);
+        }
+        *(float4 *)(sq + r * APF_D + 4 * (g ^ (r & 1))) = v;
+    }
+    int qpos[4];
+    float m[4], l[4], s[4][4] = {};
+    float4 acc[4][4];
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        int r = ty + NTY * i;
+        qpos[i] = r < n_rows ? a.pos[t0 + r / G] : -1;
+        m[i] = -INFINITY;
+        l[i] = 0.0f;
+#pragma unroll
+        for (int k = 0; k < 4; k++)
+            acc[i][k] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+    const float *q_even = sq + ty * APF_D + 4 * par, *q_odd = sq + ty * APF_D - 4 * par;
+    const float *p_even = sp + ty * APF_KT + 4 * par, *p_odd = sp + ty * APF_KT - 4 * par;
+
+    int n_chunks = (p_end - p_lo + APF_KT - 1) / APF_KT * 8;
+    apf_stage<T, NT> st;
+    apf_fetch<T, NT>(st, a, seq, h, p_lo, 0, p_end);
+    for (int gc = 0; gc < n_chunks; gc++) {
+        int ci = gc & 7, p0 = p_lo + (gc >> 3) * APF_KT;
+        __syncthreads();   /* the previous chunk (and Q, P writes) done with */
+        apf_put<T, NT>(sbuf, st, ci);
+        __syncthreads();
+        if (gc + 1 < n_chunks)
+            apf_fetch<T, NT>(st, a, seq, h, p_lo + ((gc + 1) >> 3) * APF_KT, (gc + 1) & 7, p_end);
+        if (ci >= 4) {
+            int off = (ci - 4) * APF_VC;
+            apf_pv<NTY>(acc, p_even + off, p_odd + off, sbuf + 4 * tx);
+            continue;
+        }
+        if (ci == 0) {
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+                s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.0f;
+        }
+        apf_scores<NTY>(s, q_even + ci * APF_KC, q_odd + ci * APF_KC, sbuf + 4 * tx);
+        if (ci != 3)
+            continue;
+        /* online softmax over this KV tile: positions p0 + 4tx + jj */
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            float mx = -INFINITY;
+#pragma unroll
+            for (int jj = 0; jj < 4; jj++) {
+                if (p0 + 4 * tx + jj > qpos[i])
+                    s[i][jj] = -INFINITY;
+                mx = fmaxf(mx, s[i][jj]);
+            }
+            float m_new = fmaxf(m[i], half_max(mx));
+            /* an unchanged max keeps acc and l bit-identical (no expf(0) rounding) */
+            float alpha = m_new == m[i] ? 1.0f : expf(m[i] - m_new);
+            float p[4];
+#pragma unroll
+            for (int jj = 0; jj < 4; jj++)
+                p[jj] = m_new == -INFINITY ? 0.0f : expf(s[i][jj] - m_new);
+            float ls = half_sum(((p[0] + p[1]) + p[2]) + p[3]);
+            l[i] = l[i] * alpha + ls;
+            m[i] = m_new;
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                acc[i][k].x *= alpha, acc[i][k].y *= alpha;
+                acc[i][k].z *= alpha, acc[i][k].w *= alpha;
+            }
+            int r = ty + NTY * i;
+            *(float4 *)(sp + r * APF_KT + 4 * (tx ^ par)) = make_float4(p[0], p[1], p[2], p[3]);
+        }
+    }
+
+    /* rows with a position in this split: the output (one split) or a partial */
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        int r = ty + NTY * i;
+        if (r >= n_rows || qpos[i] < p_lo)
+            continue;
+        int tk = r / G, qh = h * G + r % G;
+        if (qpos[i] < APF_SPLIT) {
+            float inv = 1.0f / l[i];
+            float *o = out + (size_t)(t0 + tk) * a.n_heads * APF_D + (size_t)qh * APF_D + 4 * tx;
+#pragma unroll
+            for (int k = 0; k < 4; k++)
+                *(float4 *)(o + 64 * k) = make_float4(acc[i][k].x * inv, acc[i][k].y * inv,
+                                                      acc[i][k].z * inv, acc[i][k].w * inv);
+            continue;
+        }
+        size_t prow = ((size_t)(tile * CS_ATTN_PTILE + tok0 + tk) * a.n_heads + qh) * a.n_splits +
+                      split;
+        float *o = part_acc + prow * APF_D + 4 * tx;
+#pragma unroll
+        for (int k = 0; k < 4; k++)
+            *(float4 *)(o + 64 * k) = acc[i][k];
+        if (tx == 0)
+            part_ml[prow] = make_float2(m[i], l[i]);
+    }
+}
+
+/* Combine: block (tile of the pass, query head, token in tile), one thread
+ * per dim; the row's splits 0..pos / APF_SPLIT merged in split order. Rows
+ * with one split were written by k_attn_prefill_tiled. */
+static __global__ void __launch_bounds__(APF_D)
+    k_attn_prefill_combine(float *out, const float *part_acc, const float2 *part_ml,
+                           const int2 *tiles, const int32_t *pos, int n_heads, int n_splits)
+{
+    cuda_pdl_enter();   /* launch.cuh: before any read or write */
+    int tile = blockIdx.x, qh = blockIdx.y, k = blockIdx.z;
+    int2 ht = tiles[tile];
+    if (k >= ht.y)
+        return;
+    int t = ht.x + k;
+    int n_s = pos[t] / APF_SPLIT + 1;
+    if (n_s == 1)
+        return;
+    size_t base = ((size_t)(tile * CS_ATTN_PTILE + k) * n_heads + qh) * n_splits;
+    float M = -INFINITY;
+    for (int s = 0; s < n_s; s++)
+        M = fmaxf(M, part_ml[base + s].x);
+    int d = threadIdx.x;
+    float L = 0.0f, o = 0.0f;
+    for (int s0 = 0; s0 < n_s; s0 += 8) {
+        float v[8];
+#pragma unroll
+        for (int u = 0; u < 8; u++)
+            v[u] = s0 + u < n_s ? part_acc[(base + s0 + u) * APF_D + d] : 0.0f;
+#pragma unroll
+        for (int u = 0; u < 8; u++) {
+            if (s0 + u >= n_s)
+                break;
+            float2 ml = part_ml[base + s0 + u];
+            float w = ml.x == -INFINITY ? 0.0f : expf(ml.x - M);
+            L += ml.y * w;
+            o += v[u] * w;
+        }
+    }
+    out[(size_t)t * n_heads * APF_D + (size_t)qh * APF_D + d] = L > 0.0f ? o / L : 0.0f;
+}
+
+/* ---- host ---- */
+
+static size_t apf_smem_bytes(int nty)
+{
+    return ((size_t)4 * nty * APF_D + APF_CHUNK + (size_t)4 * nty * APF_KT) * sizeof(float);
+}
+
+template <typename T, int NTY>
+static int apf_launch(struct cuda_ctx *c, float *out, struct apf_args a, int n_tiles)
+{
+    const struct cuda_batch *cb = &c->batch;
+    size_t smem = apf_smem_bytes(NTY);
+    int optin = 0;
+    CS_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, c->device));
+    if ((size_t)optin < smem) {
+        LOG_ERROR("cuda", "attention prefill: needs %zu bytes of shared memory per block, device "
+                  "allows %d", smem, optin);
+        return CS_EUNSUPPORTED;
+    }
+    CS_CUDA_CHECK(cudaFuncSetAttribute(k_attn_prefill_tiled<T, NTY>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    size_t per_tile = (size_t)CS_ATTN_PTILE * a.n_heads * a.n_splits * (APF_D + 2) * sizeof(float);
+    int pass = n_tiles;
+    float *acc = NULL;
+    float2 *ml = NULL;
+    if (a.n_splits > 1) {
+        size_t fit = APF_PART_MAX_BYTES / per_tile;
+        pass = fit < 1 ? 1 : fit < (size_t)n_tiles ? (int)fit : n_tiles;
+        int rc = cuda_buffer_reserve((void **)&c->apf_part, &c->apf_part_cap, per_tile * pass);
+        if (rc != CS_OK)
+            return rc;
+        acc = c->apf_part;
+        ml = (float2 *)(acc + (size_t)pass * CS_ATTN_PTILE * a.n_heads * a.n_splits * APF_D);
+    }
+    for (int t0 = 0; t0 < n_tiles; t0 += pass) {
+        int n = n_tiles - t0 < pass ? n_tiles - t0 : pass;
+        a.tiles = cb->ptiles + t0;
+        dim3 grid((unsigned)n * a.subs, a.n_kv, a.n_splits);
+        CS_CUDA_CHECK(cuda_launch(k_attn_prefill_tiled<T, NTY>, grid, NTY * 16, smem, c->stream,
+                                  out, acc, ml, a));
+        if (a.n_splits > 1)
+            CS_CUDA_CHECK(cuda_launch(k_attn_prefill_combine, dim3(n, a.n_heads, CS_ATTN_PTILE),
+                                      APF_D, 0, c->stream, out, (const float *)acc,
+                                      (const float2 *)ml, a.tiles, a.pos, a.n_heads, a.n_splits));
+    }
+    return CS_OK;
+}
+
+/* Rows per block by GQA group: NTY 8 (32 rows) for G 1-2, 12 (48) for G 3,
+ * 5, 6, 16 (64) for G 4, 7, 8. */
+static int apf_nty(int G)
+{
+    return G <= 2 ? 8 : (G == 3 || G == 5 || G == 6) ? 12 : 16;
+}
+
+template <typename T>
+static int apf_dispatch(struct cuda_ctx *c, float *out, struct apf_args a, int n_tiles)
+{
+    switch (apf_nty(a.group)) {
+    case 8: return apf_launch<T, 8>(c, out, a, n_tiles);
+    case 12: return apf_launch<T, 12>(c, out, a, n_tiles);
+    default: return apf_launch<T, 16>(c, out, a, n_tiles);
+    }
+}
+
+extern "C" int cuda_attn_prefill(struct cuda_ctx *c, float *out, const float *q,
+                                 int q_token_stride, int q_head_stride, int n_heads,
+                                 const struct cs_kv_layer *kv, float scale)
+{
+    const struct cuda_batch *cb = &c->batch;
+    if (cb->n_ptiles <= 0)
+        return CS_OK;
+    if (kv->head_dim != APF_D) {
+        LOG_ERROR("cuda", "attention prefill: head_dim %d unsupported (256)", kv->head_dim);
+        return CS_EUNSUPPORTED;
+    }
+    if (kv->n_kv_heads <= 0 || n_heads % kv->n_kv_heads != 0 || n_heads / kv->n_kv_heads > 8) {
+        LOG_ERROR("cuda", "attention prefill: %d query heads over %d kv heads unsupported (GQA "
+                  "group 1..8)", n_heads, kv->n_kv_heads);
+        return CS_EUNSUPPORTED;
+    }
+    if (kv->page_size <= 0) {
+        LOG_ERROR("cuda", "attention prefill: page size %d", kv->page_size);
+        return CS_EINVAL;
+    }
+    struct apf_args a;
+    a.pages = kv->pages;
+    a.n_pages = kv->n_pages;
+    a.page_size = kv->page_size;
+    a.n_kv = kv->n_kv_heads;
+    a.max_pages = cb->max_pages;
+    a.q = q;
+    a.q_ts = q_token_stride;
+    a.q_hs = q_head_stride;
+    a.n_heads = n_heads;
+    a.group = n_heads / kv->n_kv_heads;
+    int rows = 4 * apf_nty(a.group);
+    a.tok_per_block = rows / a.group < CS_ATTN_PTILE ? rows / a.group : CS_ATTN_PTILE;
+    a.subs = (CS_ATTN_PTILE + a.tok_per_block - 1) / a.tok_per_block;
+    a.n_splits = cb->max_ptile_pos / APF_SPLIT + 1;
+    a.scale = scale;
+    a.pos = cb->pos;
+    a.seq_of = cb->seq_of;
+    a.page_table = cb->page_table;
+    a.tiles = cb->ptiles;
+    if (kv->kv_type == CS_DTYPE_F16)
+        return apf_dispatch<__half>(c, out, a, cb->n_ptiles);
+    if (kv->kv_type == CS_DTYPE_F32)
+        return apf_dispatch<float>(c, out, a, cb->n_ptiles);
+    LOG_ERROR("cuda", "attention prefill: KV type %u unsupported", kv->kv_type);
+    return CS_EUNSUPPORTED;
+}
+
+extern "C" int cuda_op_attn_prefill(struct cs_backend *be, float *out, const float *q,
+                                    int q_token_stride, int q_head_stride, int n_heads,
+                                    const struct cs_kv_layer *kv, float scale,
+                                    const struct cs_batch *b)
+{
+    struct cuda_ctx *c = cuda_ctx_of(be);
+    int rc = cuda_batch_check(c, b, "attention prefill");
+    if (rc != CS_OK)
+        return rc;
+    return cuda_attn_prefill(c, out, q, q_token_stride, q_head_stride, n_heads, kv, scale);
+}
