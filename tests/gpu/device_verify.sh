@@ -29,7 +29,7 @@ step() { echo "== $* ($(date +%T))" >>"$S"; }
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv >"$S" 2>&1
 
 step "GPU tests"
-timeout 200 tests/gpu/run.sh "$BIN" "$LOG/gpu" >"$LOG/gpu_run.txt" 2>&1 || status=1
+timeout 300 tests/gpu/run.sh "$BIN" "$LOG/gpu" >"$LOG/gpu_run.txt" 2>&1 || status=1
 grep -E "FAIL|failed checks|tests,|exit=" "$LOG/gpu_run.txt" >>"$S"
 grep -E "attn|gdn" "$LOG/gpu/bench_gpu_launch.log" >>"$S" 2>/dev/null
 grep -vE "^RESULT|checks" "$LOG/gpu/test_gpu_gdn_chunked.log" >>"$S" 2>/dev/null
