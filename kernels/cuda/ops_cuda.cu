@@ -328,18 +328,18 @@ static int cu_matmul_add_rmsnorm(struct cs_backend *be, int n, float *const *ys,
 /* ---- step_begin: the batch and the attention work lists, one upload ---- */
 
 struct stage_layout {
-    size_t off[9];      /* tokens pos seq_of seq_start slot page_table dec qtiles ptiles (int32 units) */
+    size_t off[8];      /* tokens pos seq_of seq_start slot page_table dec ptiles (int32 units) */
     size_t n_int32;
 };
 
 static void stage_layout_compute(struct stage_layout *l, const struct cs_batch *b, int n_dec,
-                                 int n_qtiles, int n_ptiles)
+                                 int n_ptiles)
 {
     size_t n = (size_t)b->n_tokens, s = (size_t)b->n_seqs;
-    size_t sizes[9] = {n, n, n, s + 1, s, s * (size_t)(b->max_pages > 0 ? b->max_pages : 0),
-                       (size_t)n_dec, 2 * (size_t)n_qtiles, 2 * (size_t)n_ptiles};
+    size_t sizes[8] = {n, n, n, s + 1, s, s * (size_t)(b->max_pages > 0 ? b->max_pages : 0),
+                       (size_t)n_dec, 2 * (size_t)n_ptiles};
     size_t at = 0;
-    for (int i = 0; i < 9; i++) {
+    for (int i = 0; i < 8; i++) {
         l->off[i] = at;
         at += (sizes[i] + 3) & ~(size_t)3;   /* 16-byte aligned sections */
     }
@@ -355,14 +355,14 @@ static void stage_copy(int32_t *dst, const int32_t *src, size_t n)
 }
 
 /* Count decode tokens (a sequence with one token in this step) and prefill
- * query tiles (of CS_ATTN_QTILE and of CS_ATTN_PTILE tokens); when out arrays
- * are given, fill them. Returns the splits of the longest decode context
- * through *max_splits, the largest prefill position through *max_ppos. */
-static void batch_work_lists(const struct cs_batch *b, int32_t *dec, int32_t *qt, int32_t *pt,
-                             int *n_dec, int *n_qtiles, int *n_ptiles, int *max_splits,
-                             int *max_ppos)
+ * query tiles (of CS_ATTN_PTILE tokens); when out arrays are given, fill
+ * them (tiles as int2: first token, token count). Returns the splits of the
+ * longest decode context through *max_splits, the largest prefill position
+ * through *max_ppos. */
+static void batch_work_lists(const struct cs_batch *b, int32_t *dec, int32_t *pt, int *n_dec,
+                             int *n_ptiles, int *max_splits, int *max_ppos)
 {
-    int nd = 0, nq = 0, np = 0, ms = 0, mp = -1;
+    int nd = 0, np = 0, ms = 0, mp = -1;
     for (int s = 0; s < b->n_seqs; s++) {
         int t0 = b->seq_start[s], t1 = b->seq_start[s + 1];
         if (t1 - t0 == 1) {
@@ -373,14 +373,6 @@ static void batch_work_lists(const struct cs_batch *b, int32_t *dec, int32_t *qt
             if (splits > ms)
                 ms = splits;
             continue;
-        }
-        for (int t = t0; t < t1; t += CS_ATTN_QTILE) {
-            int nt = t1 - t < CS_ATTN_QTILE ? t1 - t : CS_ATTN_QTILE;
-            if (qt) {
-                qt[2 * nq] = t;
-                qt[2 * nq + 1] = nt;
-            }
-            nq++;
         }
         for (int t = t0; t < t1; t += CS_ATTN_PTILE) {
             int nt = t1 - t < CS_ATTN_PTILE ? t1 - t : CS_ATTN_PTILE;
@@ -394,7 +386,6 @@ static void batch_work_lists(const struct cs_batch *b, int32_t *dec, int32_t *qt
         }
     }
     *n_dec = nd;
-    *n_qtiles = nq;
     *n_ptiles = np;
     *max_splits = ms;
     *max_ppos = mp;
@@ -423,10 +414,10 @@ static int cu_step_begin(struct cs_backend *be, const struct cs_batch *b)
         LOG_ERROR("cuda", "step_begin: malformed batch");
         return CS_EINVAL;
     }
-    int n_dec, n_qt, n_pt, max_splits, max_ppos;
-    batch_work_lists(b, NULL, NULL, NULL, &n_dec, &n_qt, &n_pt, &max_splits, &max_ppos);
+    int n_dec, n_pt, max_splits, max_ppos;
+    batch_work_lists(b, NULL, NULL, &n_dec, &n_pt, &max_splits, &max_ppos);
     struct stage_layout l;
-    stage_layout_compute(&l, b, n_dec, n_qt, n_pt);
+    stage_layout_compute(&l, b, n_dec, n_pt);
     size_t bytes = l.n_int32 * sizeof(int32_t) + 16;
     CS_CUDA_CHECK(cudaEventSynchronize(c->stage_done));   /* the last upload left h_stage */
     if (bytes > c->stage_cap) {
@@ -452,8 +443,7 @@ static int cu_step_begin(struct cs_backend *be, const struct cs_batch *b)
     stage_copy(h + l.off[4], b->slot, s);
     if (b->max_pages > 0)
         stage_copy(h + l.off[5], b->page_table, s * (size_t)b->max_pages);
-    batch_work_lists(b, h + l.off[6], h + l.off[7], h + l.off[8], &n_dec, &n_qt, &n_pt,
-                     &max_splits, &max_ppos);
+    batch_work_lists(b, h + l.off[6], h + l.off[7], &n_dec, &n_pt, &max_splits, &max_ppos);
     cuda_pdl_barrier();
     CS_CUDA_CHECK(cudaMemcpyAsync(d, h, l.n_int32 * sizeof(int32_t), cudaMemcpyHostToDevice,
                                   c->stream));
@@ -470,10 +460,8 @@ static int cu_step_begin(struct cs_backend *be, const struct cs_batch *b)
     cb->page_table = d + l.off[5];
     cb->dec_tokens = d + l.off[6];
     cb->n_dec = n_dec;
-    cb->qtiles = (int2 *)(d + l.off[7]);
-    cb->n_qtiles = n_qt;
     cb->max_dec_splits = max_splits;
-    cb->ptiles = (int2 *)(d + l.off[8]);
+    cb->ptiles = (int2 *)(d + l.off[7]);
     cb->n_ptiles = n_pt;
     cb->max_ptile_pos = max_ppos;
     return CS_OK;
@@ -545,7 +533,7 @@ static int graph_entry_find(struct cuda_ctx *c, const void *owner, uint32_t vari
 static bool graph_step_is_decode(const struct cuda_batch *cb)
 {
     return cb->n_tokens > 0 && cb->n_tokens == cb->n_seqs && cb->n_dec == cb->n_seqs &&
-           cb->n_qtiles == 0 && cb->n_seqs <= CUDA_GRAPH_MAX_SEQS;
+           cb->n_ptiles == 0 && cb->n_seqs <= CUDA_GRAPH_MAX_SEQS;
 }
 
 /* A recording that did not work: forget the entry; after repeated failures

@@ -34,10 +34,8 @@ static __host__ __device__ __forceinline__ int cs_attn_n_splits(int pos)
 {
     return pos / cs_attn_split_len(pos) + 1;
 }
-/* Prefill query tiles: up to this many consecutive tokens of one sequence. */
-#define CS_ATTN_QTILE 2
-/* Query tiles of the tiled prefill kernel (attention_prefill.cu): up to this
- * many consecutive tokens of one sequence. */
+/* Query tiles of the prefill kernel (attention_prefill.cu): up to this many
+ * consecutive tokens of one sequence. */
 #define CS_ATTN_PTILE 16
 
 /* The step's batch on the device (step_begin uploads it in one copy). */
@@ -48,10 +46,8 @@ struct cuda_batch {
      * this step) and prefill query tiles (int2: first token, token count) */
     int32_t *dec_tokens;
     int n_dec;
-    int2 *qtiles;
-    int n_qtiles;
     int max_dec_splits;         /* splits of the longest decode context */
-    int2 *ptiles;               /* prefill tiles of CS_ATTN_PTILE tokens (int2 as qtiles) */
+    int2 *ptiles;               /* prefill tiles of CS_ATTN_PTILE tokens */
     int n_ptiles;
     int max_ptile_pos;          /* largest position of a token in ptiles, -1 if none */
 };
