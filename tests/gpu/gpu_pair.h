@@ -25,13 +25,17 @@ static struct cs_backend *cpu, *gpu;   /* set by gpu_pair_open */
 
 static uint64_t rs = 0x243F6A8885A308D3ull;
 
-static inline float frand(void)   /* uniform in [-1, 1) */
+static inline uint64_t rnext(void)   /* xorshift64* */
 {
     rs ^= rs >> 12;
     rs ^= rs << 25;
     rs ^= rs >> 27;
-    uint64_t z = rs * 2685821657736338717ull;
-    return (float)((double)(z >> 11) * (1.0 / 9007199254740992.0) * 2.0 - 1.0);
+    return rs * 2685821657736338717ull;
+}
+
+static inline float frand(void)   /* uniform in [-1, 1) */
+{
+    return (float)((double)(rnext() >> 11) * (1.0 / 9007199254740992.0) * 2.0 - 1.0);
 }
 
 static inline float *randv(size_t n, float scale)
@@ -169,20 +173,24 @@ static inline void both_step(const struct cs_batch *b)
     CHECK(gpu->step_begin(gpu, b) == 0);
 }
 
-/* Random Q8_0 rows as a GGUF holds them (34 bytes per 32 weights). */
+/* Random Q8_0 rows as a GGUF holds them (34 bytes per 32 weights); quants
+ * 8 at a time (an LM head has a billion), never -128. */
 static inline uint8_t *q8_0_rows(int64_t n_in, int64_t n_out)
 {
-    size_t row_bytes = (size_t)n_in / 32 * 34;
+    size_t row_bytes = (size_t)n_in / 32 * 34, blocks = (size_t)n_out * (size_t)n_in / 32;
     uint8_t *h = malloc(row_bytes * (size_t)n_out);
-    for (int64_t r = 0; r < n_out; r++)
-        for (int64_t i = 0; i < n_in; i++) {
-            uint8_t *row = h + row_bytes * (size_t)r;
-            if (i % 32 == 0) {
-                uint16_t d = cs_float_to_half(0.01f + 0.01f * fabsf(frand()));
-                memcpy(row + i / 32 * 34, &d, 2);
+    for (size_t b = 0; b < blocks; b++) {
+        uint8_t *blk = h + b * 34;
+        uint16_t d = cs_float_to_half(0.01f + 0.01f * (float)(rnext() >> 40) / 16777216.0f);
+        memcpy(blk, &d, 2);
+        for (int i = 0; i < 32; i += 8) {
+            uint64_t r = rnext();
+            for (int j = 0; j < 8; j++) {
+                int8_t q = (int8_t)(r >> (8 * j));
+                blk[2 + i + j] = (uint8_t)(q == -128 ? -127 : q);
             }
-            row[i / 32 * 34 + 2 + i % 32] = (uint8_t)(int8_t)(frand() * 127);
         }
+    }
     return h;
 }
 

@@ -1,8 +1,8 @@
 /* test_attention_prefill.c - proves the tiled prefill attention
  * (kernels/cuda/attention_prefill.cu, entry cuda_attn_prefill) computes what
  * the CPU backend's attention computes, keeps batch invariance, and times it
- * against the backend's attention op (attention.cu's prefill kernel until
- * the new entry is wired into the op).
+ * (the backend's attention op runs the same kernel for prefill tokens since
+ * attention.cu was wired to it; the op's timing adds only its checks).
  *
  * 1. Accuracy: one batch of four sequences over paged KV (page size 256,
  *    scattered pages): 37 prefill tokens at position 100, 600 at 0, 512 at
@@ -36,23 +36,11 @@
 #include "../../kernels/cuda/attention_prefill.h"
 #include "../../kernels/ops.h"
 #include "../test_util.h"
+#include "gpu_pair.h"
 
 #define D 256
 #define PS 256
 #define POOL 4   /* sequences whose pages the KV cache holds */
-
-static struct cs_backend *cpu, *gpu;
-
-static uint64_t rs = 0x243F6A8885A308D3ull;
-
-static float frand(void)   /* uniform in [-1, 1) */
-{
-    rs ^= rs >> 12;
-    rs ^= rs << 25;
-    rs ^= rs >> 27;
-    uint64_t z = rs * 2685821657736338717ull;
-    return (float)((double)(z >> 11) * (1.0 / 9007199254740992.0) * 2.0 - 1.0);
-}
 
 static double now_s(void)
 {
@@ -71,45 +59,6 @@ static void *xmalloc(size_t n)
     return p;
 }
 
-/* ---- buffers on both backends (c may be NULL: GPU only) ---- */
-
-struct pair {
-    void *c, *g;
-};
-
-static struct pair pair_new(const void *host, size_t bytes, int both)
-{
-    struct pair p = {NULL, NULL};
-    if ((both && cpu->alloc(cpu, &p.c, bytes)) || gpu->alloc(gpu, &p.g, bytes)) {
-        fprintf(stderr, "alloc of %zu bytes failed\n", bytes);
-        exit(1);
-    }
-    if (host && ((both && cpu->upload(cpu, p.c, host, bytes)) || gpu->upload(gpu, p.g, host, bytes))) {
-        fprintf(stderr, "upload failed\n");
-        exit(1);
-    }
-    return p;
-}
-
-static struct pair pair_randv(size_t n, float scale, int both)
-{
-    float *h = xmalloc(n * sizeof(float));
-    for (size_t i = 0; i < n; i++)
-        h[i] = frand() * scale;
-    struct pair p = pair_new(h, n * sizeof(float), both);
-    free(h);
-    return p;
-}
-
-static void pair_free(struct pair *p)
-{
-    if (p->c)
-        cpu->free(cpu, p->c);
-    if (p->g)
-        gpu->free(gpu, p->g);
-    p->c = p->g = NULL;
-}
-
 static float *download(struct cs_backend *be, const void *src, size_t n)
 {
     float *h = xmalloc(n * sizeof(float));
@@ -123,14 +72,6 @@ static float *nan_buf(size_t n)
     for (size_t i = 0; i < n; i++)
         h[i] = NAN;
     return h;
-}
-
-static void report(const char *name, double err, double bound)
-{
-    int ok = err <= bound;
-    printf("RESULT %-40s %s err=%.3g (bound %.1g)\n", name, ok ? "PASS" : "FAIL", err, bound);
-    fflush(stdout);
-    CHECK(ok);
 }
 
 /* max |x - ref| / max |ref| over rows [r0, r1) of w floats each whose
@@ -156,14 +97,14 @@ static double rel_err(const float *x, const float *ref, int r0, int r1, size_t w
 
 /* ---- batches ---- */
 
-struct tb {
+struct ptb {
     struct cs_batch b;
     int32_t *tokens, *pos, *seq_of, *seq_start, *slot, *pages;
 };
 
 /* Sequence s: len[s] tokens from start[s], pages of pool sequence id[s]
  * (page p of id k is k + POOL * p: disjoint, interleaved). */
-static void tb_init(struct tb *t, int n_seqs, const int *len, const int *start, const int *id,
+static void ptb_init(struct ptb *t, int n_seqs, const int *len, const int *start, const int *id,
                     int max_pages)
 {
     int n = 0;
@@ -190,7 +131,7 @@ static void tb_init(struct tb *t, int n_seqs, const int *len, const int *start, 
                              .page_table = t->pages, .max_pages = max_pages};
 }
 
-static void tb_free(struct tb *t)
+static void ptb_free(struct ptb *t)
 {
     free(t->tokens), free(t->pos), free(t->seq_of), free(t->seq_start), free(t->slot);
     free(t->pages);
@@ -221,7 +162,7 @@ static void test_shape(int Hq, int Hkv, uint32_t kv_type, const char *tag)
                               .n_kv_heads = Hkv, .head_dim = D};
     struct cs_kv_layer kvg = kvc;
     size_t kv_bytes = (size_t)kvc.n_pages * 2 * PS * Hkv * D * esz;
-    struct pair kvp = pair_new(NULL, kv_bytes, 1);
+    struct pair kvp = pair_new(NULL, kv_bytes);
     kvc.pages = kvp.c;
     kvg.pages = kvp.g;
     int kd = Hkv * D, qs = Hq * 2 * D;
@@ -230,26 +171,26 @@ static void test_shape(int Hq, int Hkv, uint32_t kv_type, const char *tag)
     for (int s = 0; s < 4; s++)
         for (int c0 = 0; c0 < hist[s]; c0 += 1024) {
             int len = hist[s] - c0 < 1024 ? hist[s] - c0 : 1024;
-            struct tb t;
-            tb_init(&t, 1, &len, &c0, &id[s], MP);
+            struct ptb t;
+            ptb_init(&t, 1, &len, &c0, &id[s], MP);
             CHECK(step(1, &t.b) == 0);
-            struct pair k = pair_randv((size_t)len * kd, 2.0f, 1), v = pair_randv((size_t)len * kd, 1.0f, 1);
+            struct pair k = pair_randv((size_t)len * kd, 2.0f), v = pair_randv((size_t)len * kd, 1.0f);
             CHECK(cpu->kv_store(cpu, &kvc, k.c, kd, v.c, kd, &t.b) == 0);
             CHECK(gpu->kv_store(gpu, &kvg, k.g, kd, v.g, kd, &t.b) == 0);
             pair_free(&k), pair_free(&v);
-            tb_free(&t);
+            ptb_free(&t);
         }
     /* the step: 37 at 100, 600 at 0, 512 at 5000, a decode token at 1300 */
     int len[4] = {37, 600, 512, 1};
-    struct tb t;
-    tb_init(&t, 4, len, hist, id, MP);
+    struct ptb t;
+    ptb_init(&t, 4, len, hist, id, MP);
     CHECK(step(1, &t.b) == 0);
     int T = t.b.n_tokens;
     size_t on = (size_t)T * Hq * D;
-    struct pair q = pair_randv((size_t)T * qs, 1.0f, 1);
-    struct pair k = pair_randv((size_t)T * kd, 2.0f, 1), v = pair_randv((size_t)T * kd, 1.0f, 1);
+    struct pair q = pair_randv((size_t)T * qs, 1.0f);
+    struct pair k = pair_randv((size_t)T * kd, 2.0f), v = pair_randv((size_t)T * kd, 1.0f);
     float *poison = nan_buf(on);
-    struct pair o = pair_new(poison, on * 4, 1), od = pair_new(poison, on * 4, 0);
+    struct pair o = pair_new(poison, on * 4), od = pair_new(poison, on * 4);
     CHECK(cpu->kv_store(cpu, &kvc, k.c, kd, v.c, kd, &t.b) == 0);
     CHECK(gpu->kv_store(gpu, &kvg, k.g, kd, v.g, kd, &t.b) == 0);
     CHECK(cpu->attention(cpu, o.c, q.c, qs, 2 * D, Hq, &kvc, 1.0f / 16, &t.b) == 0);
@@ -283,11 +224,11 @@ static void test_shape(int Hq, int Hkv, uint32_t kv_type, const char *tag)
             for (int pi = 0; pi < parts; pi++) {
                 int l0 = variant ? (pi ? n - cut : cut) : n, off = variant && pi ? cut : 0;
                 int st = hist[which] + off;
-                struct tb t1;
-                tb_init(&t1, 1, &l0, &st, &id[which], MP);
+                struct ptb t1;
+                ptb_init(&t1, 1, &l0, &st, &id[which], MP);
                 CHECK(step(0, &t1.b) == 0);
                 size_t n1 = (size_t)l0 * w;
-                struct pair o1 = pair_new(poison, n1 * 4, 0);
+                struct pair o1 = pair_new(poison, n1 * 4);
                 const float *q1 = (const float *)q.g + (size_t)(first + off) * qs;
                 CHECK(prefill(o1.g, q1, qs, Hq, &kvg, &t1.b) == 0);
                 float *g1 = download(gpu, o1.g, n1);
@@ -298,7 +239,7 @@ static void test_shape(int Hq, int Hkv, uint32_t kv_type, const char *tag)
                     bad_alone += diff;
                 free(g1);
                 pair_free(&o1);
-                tb_free(&t1);
+                ptb_free(&t1);
             }
         }
     }
@@ -308,7 +249,7 @@ static void test_shape(int Hq, int Hkv, uint32_t kv_type, const char *tag)
     report(name, bad_chunks, 0);
     free(ref), free(gop), free(gd), free(keep), free(poison);
     pair_free(&q), pair_free(&k), pair_free(&v), pair_free(&o), pair_free(&od), pair_free(&kvp);
-    tb_free(&t);
+    ptb_free(&t);
 }
 
 /* ---- 3: timing ---- */
@@ -326,20 +267,20 @@ static void bench(int L, int start, const char *tag)
     uint16_t *hk = xmalloc(n_el * 2);
     for (size_t i = 0; i < n_el; i++)
         hk[i] = cs_float_to_half(frand() * (i / ((size_t)PS * Hkv * D) % 2 ? 1.0f : 2.0f));
-    struct pair kvp = pair_new(hk, n_el * 2, 0);
+    struct pair kvp = pair_new(hk, n_el * 2);
     free(hk);
     kv.pages = kvp.g;
     int id = 0;
-    struct tb t;
-    tb_init(&t, 1, &L, &start, &id, np);
+    struct ptb t;
+    ptb_init(&t, 1, &L, &start, &id, np);
     for (int p = 0; p < np; p++)   /* every page of the cache, in order */
         t.pages[p] = p;
     CHECK(step(0, &t.b) == 0);
     int qs = Hq * 2 * D;
     size_t on = (size_t)L * Hq * D;
-    struct pair q = pair_randv((size_t)L * qs, 1.0f, 0);
+    struct pair q = pair_randv((size_t)L * qs, 1.0f);
     float *poison = nan_buf(on);
-    struct pair o_op = pair_new(poison, on * 4, 0), o_new = pair_new(poison, on * 4, 0);
+    struct pair o_op = pair_new(poison, on * 4), o_new = pair_new(poison, on * 4);
     double flops = 2.0 * 2 * Hq * D * (double)L * ((double)start + L / 2.0);
     double ms[2];
     for (int k = 0; k < 2; k++) {
@@ -367,21 +308,14 @@ static void bench(int L, int start, const char *tag)
     report(name, rel_err(b, a, 0, L, (size_t)Hq * D, NULL), 1e-5);
     free(a), free(b), free(poison);
     pair_free(&q), pair_free(&o_op), pair_free(&o_new), pair_free(&kvp);
-    tb_free(&t);
+    ptb_free(&t);
 }
 
 int main(void)
 {
-    cs_log_set_level(CS_LOG_WARN);
-    if (cs_backend_cuda_create(&gpu, 0) != 0) {
-        fprintf(stderr, "no CUDA device: skipped\n");
-        return 77;
-    }
-    struct cs_backend_cpu_options opt = {.n_threads = 0, .int8_matmul = false};
-    if (cs_backend_cpu_create(&cpu, &opt) != 0) {
-        fprintf(stderr, "cannot create the cpu backend\n");
-        return 1;
-    }
+    int rc = gpu_pair_open();
+    if (rc != 0)
+        return rc;
     test_shape(16, 4, CS_DTYPE_F16, "9B f16");
     test_shape(16, 4, CS_DTYPE_F32, "9B f32");
     test_shape(24, 4, CS_DTYPE_F16, "27B f16");
@@ -392,7 +326,6 @@ int main(void)
     test_shape(4, 4, CS_DTYPE_F32, "G1 f32");
     bench(2048, 0, "T2048");
     bench(512, 32256, "32K_last512");
-    cpu->destroy(cpu);
-    gpu->destroy(gpu);
+    gpu_pair_close();
     return test_report();
 }

@@ -21,31 +21,7 @@
 #include "../../common/log.h"
 #include "../../kernels/ops.h"
 #include "../test_util.h"
-
-static struct cs_backend *gpu;
-
-static uint64_t rs = 0x243F6A8885A308D3ull;
-
-static uint64_t rnext(void)
-{
-    rs ^= rs >> 12;
-    rs ^= rs << 25;
-    rs ^= rs >> 27;
-    return rs * 2685821657736338717ull;
-}
-
-static float frand(void)   /* uniform in [-1, 1) */
-{
-    return (float)((double)(rnext() >> 11) * (1.0 / 9007199254740992.0) * 2.0 - 1.0);
-}
-
-static float *randv(size_t n, float scale)
-{
-    float *v = malloc(n * sizeof(float) + 16);
-    for (size_t i = 0; i < n; i++)
-        v[i] = frand() * scale;
-    return v;
-}
+#include "gpu_pair.h"
 
 static void *dev_new(const void *host, size_t bytes)
 {
@@ -77,35 +53,6 @@ static double dev_differ(const void *a, const void *b, size_t n)
     free(x);
     free(y);
     return (double)d;
-}
-
-static void report(const char *name, double err, double bound)
-{
-    int ok = err <= bound;
-    printf("RESULT %-44s %s err=%.3g (bound %.1g)\n", name, ok ? "PASS" : "FAIL", err, bound);
-    fflush(stdout);
-    CHECK(ok);
-}
-
-/* Random Q8_0 rows as a GGUF holds them (34 bytes per 32 weights); quants
- * 8 at a time (the LM head has a billion). */
-static uint8_t *q8_0_rows(int64_t n_in, int64_t n_out)
-{
-    size_t row_bytes = (size_t)n_in / 32 * 34, blocks = (size_t)n_out * (size_t)n_in / 32;
-    uint8_t *h = malloc(row_bytes * (size_t)n_out);
-    for (size_t b = 0; b < blocks; b++) {
-        uint8_t *blk = h + b * 34;
-        uint16_t d = cs_float_to_half(0.01f + 0.01f * (float)(rnext() >> 40) / 16777216.0f);
-        memcpy(blk, &d, 2);
-        for (int i = 0; i < 32; i += 8) {
-            uint64_t r = rnext();
-            for (int j = 0; j < 8; j++) {
-                int8_t q = (int8_t)(r >> (8 * j));
-                blk[2 + i + j] = (uint8_t)(q == -128 ? -127 : q);
-            }
-        }
-    }
-    return h;
 }
 
 /* n weights of E inputs and outs[i] outputs; T tokens. Fused: x_out = x + y,
@@ -197,14 +144,12 @@ static void check_model(const char *tag, int E, int Gk, int Hv, int Hq, int Hkv,
 
 int main(void)
 {
-    cs_log_set_level(CS_LOG_WARN);
-    if (cs_backend_cuda_create(&gpu, 0) != 0) {
-        fprintf(stderr, "no CUDA device: skipped\n");
-        return 77;
-    }
+    int rc = gpu_pair_open();
+    if (rc != 0)
+        return rc;
     if (!gpu->matmul_add_rmsnorm) {
         report("fused_norm: op present", 1, 0);
-        gpu->destroy(gpu);
+        gpu_pair_close();
         return test_report();
     }
     check_model("9B", 4096, 16, 32, 16, 4, 12288, 248320);
@@ -213,6 +158,6 @@ int main(void)
     int64_t small[2] = {256, 64};
     check_shape("long row 9216", 9216, 2, small, 1);
     check_shape("2B-like 2048", 2048, 2, small, 1);
-    gpu->destroy(gpu);
+    gpu_pair_close();
     return test_report();
 }
