@@ -494,15 +494,21 @@ static int apf_launch(struct cuda_ctx *c, float *out, struct apf_args a, int n_t
 {
     const struct cuda_batch *cb = &c->batch;
     size_t smem = apf_smem_bytes(NTY);
-    int optin = 0;
-    CS_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, c->device));
-    if ((size_t)optin < smem) {
+    /* asked and set once per context (one device), not every layer and step */
+    if (!c->smem_optin)
+        CS_CUDA_CHECK(cudaDeviceGetAttribute(&c->smem_optin,
+                                             cudaDevAttrMaxSharedMemoryPerBlockOptin, c->device));
+    if ((size_t)c->smem_optin < smem) {
         LOG_ERROR("cuda", "attention prefill: needs %zu bytes of shared memory per block, device "
-                  "allows %d", smem, optin);
+                  "allows %d", smem, c->smem_optin);
         return CS_EUNSUPPORTED;
     }
-    CS_CUDA_CHECK(cudaFuncSetAttribute(k_attn_prefill_tiled<T, NTY>,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    unsigned bit = 1u << (2 * (NTY / 4 - 2) + (sizeof(T) == 2 ? 1 : 0));   /* NTY 8, 12, 16 */
+    if (!(c->apf_smem_set & bit)) {
+        CS_CUDA_CHECK(cudaFuncSetAttribute(k_attn_prefill_tiled<T, NTY>,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        c->apf_smem_set |= bit;
+    }
     size_t per_tile = (size_t)CS_ATTN_PTILE * a.n_heads * a.n_splits * (APF_D + 2) * sizeof(float);
     int pass = n_tiles;
     float *acc = NULL;

@@ -573,11 +573,12 @@ static int gdnc_setup(struct cuda_ctx *c)
         return CS_OK;
     if (c->gdnc_ready == CS_EUNSUPPORTED)
         return CS_EUNSUPPORTED;
-    int optin = 0;
-    CS_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, c->device));
-    if (optin < GDNC_SCAN_SMEM) {
+    if (!c->smem_optin)
+        CS_CUDA_CHECK(cudaDeviceGetAttribute(&c->smem_optin,
+                                             cudaDevAttrMaxSharedMemoryPerBlockOptin, c->device));
+    if (c->smem_optin < GDNC_SCAN_SMEM) {
         LOG_ERROR("cuda", "gdn_chunked: needs %d bytes of shared memory per block, device has %d",
-                  GDNC_SCAN_SMEM, optin);
+                  GDNC_SCAN_SMEM, c->smem_optin);
         c->gdnc_ready = CS_EUNSUPPORTED;
         return CS_EUNSUPPORTED;
     }

@@ -235,6 +235,16 @@ static int cu_matmul(struct cs_backend *be, int n, float *const *ys,
     return cuda_matmul(n, ys, ws, x, n_tokens, c->mm_scratch, c->mm_scratch_cap, c->stream);
 }
 
+/* y = w x for one weight: what the fused ops below fall back to after
+ * their separate op. */
+static int cu_matmul_1(struct cs_backend *be, float *y, const struct cs_weight *w, const float *x,
+                       int n_tokens)
+{
+    float *ys[1] = {y};
+    const struct cs_weight *ws[1] = {w};
+    return cu_matmul(be, 1, ys, ws, x, n_tokens);
+}
+
 static int cu_matmul_swiglu(struct cs_backend *be, float *y, const struct cs_weight *w, float *g,
                             const float *u, int n_tokens)
 {
@@ -247,11 +257,7 @@ static int cu_matmul_swiglu(struct cs_backend *be, float *y, const struct cs_wei
             return rc;
     }
     int rc = cuda_silu_mul(g, g, u, (size_t)n_tokens * (size_t)w->n_in, c->stream);
-    if (rc != CS_OK)
-        return rc;
-    float *ys[1] = {y};
-    const struct cs_weight *ws[1] = {w};
-    return cu_matmul(be, 1, ys, ws, g, n_tokens);
+    return rc != CS_OK ? rc : cu_matmul_1(be, y, w, g, n_tokens);
 }
 
 static int cu_matmul_gated_rmsnorm(struct cs_backend *be, float *y, const struct cs_weight *w,
@@ -270,11 +276,7 @@ static int cu_matmul_gated_rmsnorm(struct cs_backend *be, float *y, const struct
             return rc;
     }
     int rc = cuda_op_gated_rmsnorm(be, x, z, norm_w, n_heads, head_dim, eps, n_tokens);
-    if (rc != CS_OK)
-        return rc;
-    float *ys[1] = {y};
-    const struct cs_weight *ws[1] = {w};
-    return cu_matmul(be, 1, ys, ws, x, n_tokens);
+    return rc != CS_OK ? rc : cu_matmul_1(be, y, w, x, n_tokens);
 }
 
 static int cu_matmul_sigmoid_gate(struct cs_backend *be, float *y, const struct cs_weight *w,
@@ -295,11 +297,7 @@ static int cu_matmul_sigmoid_gate(struct cs_backend *be, float *y, const struct 
     }
     int rc = cuda_op_sigmoid_gate(be, x, gate, gate_token_stride, gate_head_stride, n_heads,
                                   head_dim, n_tokens);
-    if (rc != CS_OK)
-        return rc;
-    float *ys[1] = {y};
-    const struct cs_weight *ws[1] = {w};
-    return cu_matmul(be, 1, ys, ws, x, n_tokens);
+    return rc != CS_OK ? rc : cu_matmul_1(be, y, w, x, n_tokens);
 }
 
 /* One decode token: the add and the norm in the GEMV's prologue (each

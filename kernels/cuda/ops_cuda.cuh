@@ -85,9 +85,12 @@ struct cuda_ctx {
     void *gdnc_scratch;   /* gdn_chunked.cu: a window's per-chunk matrices */
     size_t gdnc_scratch_cap;
     int gdnc_ready;       /* gdn_chunked.cu: shared-memory attributes set (gdnc_setup) */
-    /* attention_prefill.cu: partials of prefill KV splits (grows as needed) */
+    /* attention_prefill.cu: partials of prefill KV splits (grows as needed),
+     * and which kernel instances were allowed their shared memory */
     float *apf_part;
     size_t apf_part_cap;
+    unsigned apf_smem_set;
+    int smem_optin;       /* the device's opt-in shared memory per block (0: not asked yet) */
     /* sampling buffers (grow as needed) */
     void *d_sample, *h_sample;
     size_t sample_cap;

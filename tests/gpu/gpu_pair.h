@@ -173,6 +173,42 @@ static inline void both_step(const struct cs_batch *b)
     CHECK(gpu->step_begin(gpu, b) == 0);
 }
 
+/* A KV cache layer of n_pages pages on both backends (*kvc on the CPU,
+ * *kvg on the GPU, the same layout), zero-filled; the pair holds the pages. */
+static inline struct pair kv_pair_new(struct cs_kv_layer *kvc, struct cs_kv_layer *kvg,
+                                      uint32_t kv_type, int n_pages, int page_size, int n_kv,
+                                      int head_dim)
+{
+    size_t esz = kv_type == CS_DTYPE_F16 ? 2 : 4;
+    size_t bytes = (size_t)n_pages * 2 * page_size * n_kv * head_dim * esz;
+    unsigned char *zero = calloc(1, bytes);
+    struct pair p = pair_new(zero, bytes);
+    free(zero);
+    *kvc = (struct cs_kv_layer){.kv_type = kv_type, .n_pages = n_pages, .page_size = page_size,
+                                .n_kv_heads = n_kv, .head_dim = head_dim, .pages = p.c};
+    *kvg = *kvc;
+    kvg->pages = p.g;
+    return p;
+}
+
+/* Positions [0, len) of the sequence in slot `slot` (tb_init's pages for
+ * it) filled with random K (scale 2) and V (scale 1) rows of kd floats on
+ * both backends, by kv_store in chunks of 512 tokens. */
+static inline void kv_fill_history(struct cs_kv_layer *kvc, struct cs_kv_layer *kvg, int slot,
+                                   int len, int max_pages, int kd)
+{
+    for (int c0 = 0; c0 < len; c0 += 512) {
+        int n = len - c0 < 512 ? len - c0 : 512, st = c0;
+        struct tb t;
+        tb_init(&t, 1, &n, &st, &slot, max_pages);
+        both_step(&t.b);
+        struct pair k = pair_randv((size_t)n * kd, 2.0f), v = pair_randv((size_t)n * kd, 1.0f);
+        CHECK(cpu->kv_store(cpu, kvc, k.c, kd, v.c, kd, &t.b) == 0);
+        CHECK(gpu->kv_store(gpu, kvg, k.g, kd, v.g, kd, &t.b) == 0);
+        pair_free(&k), pair_free(&v);
+    }
+}
+
 /* Random Q8_0 rows as a GGUF holds them (34 bytes per 32 weights); quants
  * 8 at a time (an LM head has a billion), never -128. */
 static inline uint8_t *q8_0_rows(int64_t n_in, int64_t n_out)

@@ -18,26 +18,6 @@
 
 #define D 256
 
-/* Fill positions [0, len) of the sequence in slot `slot` with random K/V on
- * both backends (kv_store in chunks of 512 tokens). */
-static void fill_history(struct cs_kv_layer *kvc, struct cs_kv_layer *kvg, int slot, int len,
-                         int max_pages, int Hkv)
-{
-    int kd = Hkv * D;
-    for (int c0 = 0; c0 < len; c0 += 512) {
-        int n = len - c0 < 512 ? len - c0 : 512, st = c0;
-        struct tb t;
-        tb_init(&t, 1, &n, &st, &slot, max_pages);
-        for (int i = 0; i < max_pages; i++)   /* the pages tb_init gives slot `slot` */
-            t.pages[i] = (i * 8 + (7 - slot) + 3) % (8 * max_pages);
-        both_step(&t.b);
-        struct pair k = pair_randv((size_t)n * kd, 2.0f), v = pair_randv((size_t)n * kd, 1.0f);
-        CHECK(cpu->kv_store(cpu, kvc, k.c, kd, v.c, kd, &t.b) == 0);
-        CHECK(gpu->kv_store(gpu, kvg, k.g, kd, v.g, kd, &t.b) == 0);
-        pair_free(&k), pair_free(&v);
-    }
-}
-
 static void test_decode(int Hq, int Hkv, uint32_t kv_type, int PS, int n_seqs, const int *pos,
                         const char *tag)
 {
@@ -47,19 +27,13 @@ static void test_decode(int Hq, int Hkv, uint32_t kv_type, int PS, int n_seqs, c
         max_pos = pos[s] > max_pos ? pos[s] : max_pos;
     int MP = (max_pos + PS) / PS;
     CHECK(MP <= 128);
-    size_t esz = kv_type == CS_DTYPE_F16 ? 2 : 4;
-    struct cs_kv_layer kvc = {.kv_type = kv_type, .n_pages = 8 * MP, .page_size = PS,
-                              .n_kv_heads = Hkv, .head_dim = D};
-    struct cs_kv_layer kvg = kvc;
-    size_t kv_bytes = (size_t)kvc.n_pages * 2 * PS * Hkv * D * esz;
-    struct pair kvp = pair_new(NULL, kv_bytes);
-    kvc.pages = kvp.c;
-    kvg.pages = kvp.g;
+    struct cs_kv_layer kvc, kvg;
+    struct pair kvp = kv_pair_new(&kvc, &kvg, kv_type, 8 * MP, PS, Hkv, D);
     int slots[8], ones[8];
     for (int s = 0; s < n_seqs; s++) {
         slots[s] = s;
         ones[s] = 1;
-        fill_history(&kvc, &kvg, s, pos[s], MP, Hkv);
+        kv_fill_history(&kvc, &kvg, s, pos[s], MP, Hkv * D);
     }
     struct tb t;
     tb_init(&t, n_seqs, ones, pos, slots, MP);

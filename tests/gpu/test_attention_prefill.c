@@ -157,14 +157,8 @@ static void test_shape(int Hq, int Hkv, uint32_t kv_type, const char *tag)
 {
     char name[96];
     int MP = 24;   /* pages per sequence: positions up to 6143 */
-    size_t esz = kv_type == CS_DTYPE_F16 ? 2 : 4;
-    struct cs_kv_layer kvc = {.kv_type = kv_type, .n_pages = POOL * MP, .page_size = PS,
-                              .n_kv_heads = Hkv, .head_dim = D};
-    struct cs_kv_layer kvg = kvc;
-    size_t kv_bytes = (size_t)kvc.n_pages * 2 * PS * Hkv * D * esz;
-    struct pair kvp = pair_new(NULL, kv_bytes);
-    kvc.pages = kvp.c;
-    kvg.pages = kvp.g;
+    struct cs_kv_layer kvc, kvg;
+    struct pair kvp = kv_pair_new(&kvc, &kvg, kv_type, POOL * MP, PS, Hkv, D);
     int kd = Hkv * D, qs = Hq * 2 * D;
     /* history (positions before the step), stored on both backends */
     int hist[4] = {100, 0, 5000, 1300}, id[4] = {0, 1, 2, 3};

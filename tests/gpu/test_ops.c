@@ -173,31 +173,14 @@ static void test_ops_attention(int Hq, int Hkv, uint32_t kv_type, const char *ta
 {
     char name[64];
     int D = 256, PS = 256, MP = 8;
-    size_t esz = kv_type == CS_DTYPE_F16 ? 2 : 4;
-    struct cs_kv_layer kvc = {.kv_type = kv_type, .n_pages = 8 * MP, .page_size = PS,
-                              .n_kv_heads = Hkv, .head_dim = D};
-    struct cs_kv_layer kvg = kvc;
-    size_t kv_bytes = (size_t)kvc.n_pages * 2 * PS * Hkv * D * esz;
-    struct pair kvp = pair_new(NULL, kv_bytes);
-    kvc.pages = kvp.c;
-    kvg.pages = kvp.g;
+    struct cs_kv_layer kvc, kvg;
+    struct pair kvp = kv_pair_new(&kvc, &kvg, kv_type, 8 * MP, PS, Hkv, D);
+    size_t kv_bytes = kvp.bytes;
     /* history: seq 0 positions 0..699, seq 1 0..99, seq 2 none, seq 3 0..1299 */
     int hl[4] = {700, 100, 0, 1300}, sl[4] = {0, 1, 2, 3};
     int kd = Hkv * D;
-    for (int s = 0; s < 4; s++) {
-        for (int c0 = 0; c0 < hl[s]; c0 += 512) {
-            int len = hl[s] - c0 < 512 ? hl[s] - c0 : 512, st = c0, one = sl[s];
-            struct tb t;
-            tb_init(&t, 1, &len, &st, &one, MP);
-            for (int i = 0; i < MP; i++)   /* same pages as the step below */
-                t.pages[i] = (i * 8 + (7 - sl[s]) + 3) % (8 * MP);
-            both_step(&t.b);
-            struct pair k = pair_randv((size_t)len * kd, 2.0f), v = pair_randv((size_t)len * kd, 1.0f);
-            CHECK(cpu->kv_store(cpu, &kvc, k.c, kd, v.c, kd, &t.b) == 0);
-            CHECK(gpu->kv_store(gpu, &kvg, k.g, kd, v.g, kd, &t.b) == 0);
-            pair_free(&k), pair_free(&v);
-        }
-    }
+    for (int s = 0; s < 4; s++)
+        kv_fill_history(&kvc, &kvg, sl[s], hl[s], MP, kd);
     /* the step: decode at 700 (6 splits of 128), prefill 37 at 100, decode at 0, decode at 1300 */
     int len[4] = {1, 37, 1, 1}, start[4] = {700, 100, 0, 1300};
     struct tb t;
