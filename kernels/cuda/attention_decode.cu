@@ -7,24 +7,39 @@
  * partial (acc, m, l); k_attn_combine merges a (token, head)'s splits in
  * split order.
  *
- * Inside a block no shared memory stages K or V and nothing synchronises
- * until the end: each warp streams its own chunks of CHUNK positions of the
- * split (warp w takes chunks w, w + DEC_WARPS, ...) straight from global
- * memory into registers, every lane holding 8 consecutive dims of a row (a
- * warp reads a 512-byte half row in one coalesced load), for all G query
- * heads of the kv head at once (each K/V row read once for the GQA group).
- * A chunk's G x CHUNK dot products are reduced across the warp with one
- * sum-scatter (lane l ends with score l of the chunk), the online softmax
- * runs per row on those lanes, and the probabilities are broadcast back for
- * P.V. V of a chunk is in flight during its scores and the next chunk's K
- * during its P.V. The warps' partial states are merged in warp order at the
+ * Inside a block the warps never wait for each other until the end: each
+ * warp streams its own chunks of CHUNK positions of the split (warp w takes
+ * chunks w, w + DEC_WARPS, ...), every lane holding 8 consecutive dims of a
+ * row (a warp reads a 512-byte half row in one coalesced load), for all G
+ * query heads of the kv head at once (each K/V row read once for the GQA
+ * group). A chunk's G x CHUNK dot products are reduced across the warp with
+ * one sum-scatter (lane l ends with score l of the chunk), the online
+ * softmax runs per row on those lanes, and the probabilities are broadcast
+ * back for P.V. The warps' partial states are merged in warp order at the
  * end, so the result depends on the position only (batch invariant).
  *
- * Why: the previous kernel staged 32-position tiles through shared memory
- * with four barriers per tile and one warp per query row, each converting
- * every K/V element for itself; on an H200 it read a 32K context at ~1.2
- * TB/s, issue-bound at 25% occupancy (docs/PERF.md). Positions whose page is
- * out of range read as zeros (no out-of-bounds). */
+ * Two kernels run that one arithmetic (dec_block) and differ only in where a
+ * chunk's rows come from:
+ *  - k_attn_decode_pipe (F16 KV, sm_80+): each warp owns a ring of
+ *    DEC_NSTAGE chunk slots in shared memory that cp.async fills, and keeps
+ *    DEC_NSTAGE - 1 chunks (16 KB at 3) in flight while it computes on one;
+ *    each lane reads its 16 bytes of a row back with one shared load. Why:
+ *    the register kernel has about one chunk (4 KB of K or V) per warp in
+ *    flight, its K and V arrays take 64 registers and leave no room for
+ *    more, and at 32K it read 2.4 TB/s of the H200's 4.4 (55 us per layer
+ *    against a ~30 us floor); Little's law wants 32 KB or more in flight per
+ *    SM.
+ *  - k_attn_decode (F32 KV; or no cp.async in the loaded code, or too little
+ *    shared memory: dec_pipe_ready): the rows go straight from global memory
+ *    into registers, V of a chunk in flight during its scores and the next
+ *    chunk's K during its P.V.
+ * Both give the same bits (tests/gpu/test_attention_decode.c compares them).
+ *
+ * Why this shape: the kernel before these staged 32-position tiles through
+ * shared memory with four barriers per tile and one warp per query row, each
+ * converting every K/V element for itself; on an H200 it read a 32K context
+ * at ~1.2 TB/s, issue-bound at 25% occupancy (docs/PERF.md). Positions whose
+ * page is out of range read as zeros (no out-of-bounds). */
 #include <cuda_fp16.h>
 
 #include "../../common/gguf.h"
@@ -34,16 +49,38 @@
 #include "launch.cuh"
 #include "ops_cuda.cuh"
 
+/* Build-time tuning, -D on the nvcc line to time variants: DEC_WARPS warps
+ * per block (both kernels; at most 5: the register kernel's static acc, 8 KB
+ * per warp at G 8, must fit in 48 KB); DEC_NSTAGE chunk slots per warp of the cp.async
+ * kernel (2 or more: DEC_NSTAGE - 1 chunks in flight while one is computed
+ * on; 3 is a first choice, not yet timed: 96 KB per block at G 3-4, two
+ * blocks per H200 SM); DEC_PIPE_MAXB the most blocks per SM its launch
+ * bounds ask for (a register cap of 65536 / (32 DEC_WARPS x blocks)). */
+#ifndef DEC_WARPS
 #define DEC_WARPS 4
+#endif
+#ifndef DEC_NSTAGE
+#define DEC_NSTAGE 3
+#endif
+#ifndef DEC_PIPE_MAXB
+#define DEC_PIPE_MAXB 3
+#endif
 #define DEC_D 256      /* head_dim: every Qwen3.5/3.6 size */
 #define DEC_DPL 8      /* dims per lane */
-/* Positions per chunk (fp16; half for fp32) and the launch bounds' blocks
- * per SM. Measured on an H200 (9B shape, 32K context, 256-position splits):
- * 8 positions, no register cap (~218 registers, 2 blocks per SM) 69 us per
- * layer; 4 positions 81 us; 4 positions capped to 128 registers (spills) 68
- * us, but 91 us with the final splits against 55. */
+/* Positions per chunk (fp16; half for fp32) and the register kernel's launch
+ * bounds' blocks per SM. Measured on an H200 with the register kernel (9B
+ * shape, 32K context, 256-position splits): 8 positions, no register cap
+ * (~218 registers, 2 blocks per SM) 69 us per layer; 4 positions 81 us; 4
+ * positions capped to 128 registers (spills) 68 us, but 91 us with the final
+ * splits against 55. */
 #define DEC_CH 8
 #define DEC_MINB 1
+#if DEC_NSTAGE < 2
+#error "DEC_NSTAGE: at least 2 slots (one computed on, one in flight)"
+#endif
+#if DEC_WARPS < 1 || DEC_WARPS > 5
+#error "DEC_WARPS: 1 to 5 (the register kernel's static shared memory)"
+#endif
 #define DEC_PART_MAX_BYTES ((size_t)256 << 20)
 
 struct dec_args {
@@ -143,13 +180,14 @@ static __device__ __forceinline__ float warp_sum_scatter(float (&v)[N], int lane
     return v[0];
 }
 
-/* This lane's 8 elements of K (which = 0) or V (1) for the C positions
- * [p0, p0 + C) of sequence seq, kv head h; positions at or past p_end, or
- * whose page is out of range, read as zeros. p0 is a multiple of C. */
-template <typename T, int C>
-static __device__ __forceinline__ void chunk_fetch(kv8<T> (&r)[C], const struct dec_args &a,
-                                                   int seq, int h, int p0, int p_end, int which,
-                                                   int lane)
+/* The C positions [p0, p0 + C) of sequence seq, kv head h, row by row:
+ * f(j, ok, src) with src this lane's 8 elements of K (which = 0) or V (1) of
+ * position p0 + j; ok is false at or past p_end or where the page is out of
+ * range (the row reads as zeros, src must not be read). p0 is a multiple of
+ * C. */
+template <typename T, int C, typename F>
+static __device__ __forceinline__ void chunk_rows(const struct dec_args &a, int seq, int h, int p0,
+                                                  int p_end, int which, int lane, F f)
 {
     size_t row = (size_t)a.n_kv * DEC_D;
     size_t page = 2 * (size_t)a.page_size * row;
@@ -163,35 +201,222 @@ static __device__ __forceinline__ void chunk_fetch(kv8<T> (&r)[C], const struct 
         const T *base = pages + (size_t)(ok ? pg : 0) * page + off +
                         (size_t)(p0 - pi * a.page_size) * row;
 #pragma unroll
-        for (int j = 0; j < C; j++) {
-            if (ok && p0 + j < p_end)
-                kv8_load(r[j], base + (size_t)j * row);
-            else
-                kv8_zero(r[j]);
-        }
+        for (int j = 0; j < C; j++)
+            f(j, ok && p0 + j < p_end, base + (size_t)j * row);
         return;
     }
 #pragma unroll
     for (int j = 0; j < C; j++) {
         int p = p0 + j, pi = p / a.page_size;
         int pg = p < p_end && pi < a.max_pages ? pt[pi] : -1;
-        if (pg >= 0 && pg < a.n_pages)
-            kv8_load(r[j], pages + (size_t)pg * page + off + (size_t)(p - pi * a.page_size) * row);
-        else
-            kv8_zero(r[j]);
+        bool ok = pg >= 0 && pg < a.n_pages;
+        f(j, ok, pages + (size_t)pg * page + off + (size_t)(p - pi * a.page_size) * row);
     }
 }
 
-/* Block (split, kv head, decode token); GM >= a.group rows per warp.
+/* What a warp's loop needs to find its rows: sequence, kv head, the split's
+ * end, lane. */
+struct dec_span {
+    int seq, h, p_end, lane;
+};
+
+/* K/V source of the register kernel: a chunk's rows are loaded from global
+ * memory into registers, V of chunk c during c's scores and K of the warp's
+ * next chunk during c's P.V (the hooks are called at those points). */
+template <typename T, int C>
+struct dec_src_regs {
+    kv8<T> kr[C], vr[C];
+
+    __device__ __forceinline__ void fetch(kv8<T> (&r)[C], const struct dec_args &a,
+                                          const struct dec_span &w, int p0, int which)
+    {
+        chunk_rows<T, C>(a, w.seq, w.h, p0, w.p_end, which, w.lane,
+                         [&](int j, bool ok, const T *src) {
+                             if (ok)
+                                 kv8_load(r[j], src);
+                             else
+                                 kv8_zero(r[j]);
+                         });
+    }
+    /* before the loop; p0: the warp's first chunk */
+    __device__ __forceinline__ void start(const struct dec_args &a, const struct dec_span &w, int p0)
+    {
+        if (p0 < w.p_end)
+            fetch(kr, a, w, p0, 0);
+    }
+    __device__ __forceinline__ void before_scores(const struct dec_args &a,
+                                                  const struct dec_span &w, int p0)
+    {
+        fetch(vr, a, w, p0, 1);   /* flies during the scores */
+    }
+    __device__ __forceinline__ void after_scores(const struct dec_args &a,
+                                                 const struct dec_span &w, int p0)
+    {
+        if (p0 + DEC_WARPS * C < w.p_end)   /* the next K flies during P.V */
+            fetch(kr, a, w, p0 + DEC_WARPS * C, 0);
+    }
+    __device__ __forceinline__ void k_floats(float f[DEC_DPL], int j) const
+    {
+        kv8_floats(f, kr[j]);
+    }
+    __device__ __forceinline__ void v_floats(float f[DEC_DPL], int j) const
+    {
+        kv8_floats(f, vr[j]);
+    }
+    __device__ __forceinline__ void finish(void) {}
+};
+
+/* ---- the cp.async path's primitives: sm_80+. Compiled for an older target
+ * they are a plain synchronous copy (the kernel stays correct, but the host
+ * never picks it there: dec_pipe_ready). ---- */
+
+/* 16 bytes from global src to the shared-window address dst, asynchronously;
+ * n = 0 writes 16 zeros and reads nothing. */
+static __device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, int n)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(n)
+                 : "memory");
+#else
+    int4 v = n ? __ldg((const int4 *)src) : make_int4(0, 0, 0, 0);
+    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"(dst), "r"(v.x), "r"(v.y),
+                 "r"(v.z), "r"(v.w)
+                 : "memory");
+#endif
+}
+
+/* Close this thread's copies issued since the last commit into one group. */
+static __device__ __forceinline__ void cp_async_commit(void)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+}
+
+/* Wait until at most N of this thread's groups are pending: the older ones
+ * have landed and are visible to this thread. */
+template <int N>
+static __device__ __forceinline__ void cp_async_wait(void)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+#endif
+}
+
+/* Shared memory of the cp.async kernel with GM rows per warp (fp16 KV).
+ * Each warp owns WARP_BYTES: a ring of DEC_NSTAGE slots, a slot holding the
+ * K rows then the V rows of one chunk (C rows of 512 bytes each), and at the
+ * end the warp's acc [GM][DEC_D] floats for the merge (the ring is free by
+ * then; without the reuse the merge's 16-32 KB would keep a second 96 KB
+ * block off an H200 SM). MINB, the launch bounds' blocks per SM: as many as
+ * the shared memory allows on an H200 (228 KB, 1 KB reserved per block), at
+ * most DEC_PIPE_MAXB, and no more than registers allow without spilling (q
+ * and acc are 16 GM registers per lane, the rest about 72: sm_90 used 96,
+ * 137, 167 registers for GM 2, 4, 6). */
+template <int GM>
+struct dec_pipe_shape {
+    static const int C = dec_shape<__half, GM, DEC_CH>::CHUNK;
+    static const int ROW_BYTES = DEC_D * 2;
+    static const int SLOT_BYTES = 2 * C * ROW_BYTES;
+    static const int RING_BYTES = DEC_NSTAGE * SLOT_BYTES;
+    static const int ACC_BYTES = GM * DEC_D * 4;
+    static const int WARP_BYTES = RING_BYTES > ACC_BYTES ? RING_BYTES : ACC_BYTES;
+    static const int BLOCK_BYTES = DEC_WARPS * WARP_BYTES;
+    static const int FIT = (228 << 10) / (BLOCK_BYTES + (1 << 10) + DEC_WARPS * GM * 8);
+    static const int REG_FIT = 65536 / (32 * DEC_WARPS * (16 * GM + 72));
+    static const int MAXB = REG_FIT < DEC_PIPE_MAXB ? REG_FIT : DEC_PIPE_MAXB;
+    static const int MINB = FIT < 1 ? 1 : FIT > MAXB ? MAXB : FIT;
+};
+
+/* K/V source of the cp.async kernel (fp16): the warp keeps DEC_NSTAGE - 1
+ * chunks in flight while it computes on one. Chunk i of the warp lives in
+ * slot i % DEC_NSTAGE; at chunk i the slot chunk i - 1 used is refilled with
+ * chunk i + DEC_NSTAGE - 1, one commit group per chunk (empty past the
+ * split's end, so the group count and the wait stay fixed). Each lane copies
+ * and later reads the same 16 bytes of each row (its 8 dims), so a lane's
+ * own wait_group makes its data visible and no barrier is needed for it; a
+ * 512-byte row is written and read by the warp in 4 conflict-free
+ * wavefronts. The __syncwarp before a refill orders the lanes' reads of the
+ * old chunk before the copies that overwrite it, and the one at the end
+ * before the acc that overwrites the ring. */
+template <int GM>
+struct dec_src_pipe {
+    typedef dec_pipe_shape<GM> P;
+    static const int C = P::C;
+    const unsigned char *lane_row;   /* this lane's 16 bytes of slot 0, row 0 */
+    uint32_t lane_row_s;             /* the same as a shared-window address (cp.async) */
+    int cur;                         /* slot of the chunk being computed on */
+
+    __device__ __forceinline__ dec_src_pipe(unsigned char *warp_ring, int lane)
+    {
+        lane_row = warp_ring + lane * 16;
+        lane_row_s = (uint32_t)__cvta_generic_to_shared(lane_row);
+        cur = DEC_NSTAGE - 1;
+    }
+    /* the chunk at p0 (nothing at or past the split's end) into slot, as one group */
+    __device__ __forceinline__ void issue(const struct dec_args &a, const struct dec_span &w,
+                                          int p0, int slot)
+    {
+        if (p0 < w.p_end) {
+            uint32_t dst = lane_row_s + slot * P::SLOT_BYTES;
+            size_t v_off = (size_t)a.page_size * a.n_kv * DEC_D;   /* V rows follow K in a page */
+            chunk_rows<__half, C>(a, w.seq, w.h, p0, w.p_end, 0, w.lane,
+                                  [&](int j, bool ok, const __half *k) {
+                                      const __half *src = ok ? k : (const __half *)a.pages;
+                                      cp_async16(dst + j * P::ROW_BYTES, src, ok ? 16 : 0);
+                                      cp_async16(dst + (C + j) * P::ROW_BYTES,
+                                                 ok ? k + v_off : src, ok ? 16 : 0);
+                                  });
+        }
+        cp_async_commit();
+    }
+    __device__ __forceinline__ void start(const struct dec_args &a, const struct dec_span &w, int p0)
+    {
+#pragma unroll
+        for (int i = 0; i < DEC_NSTAGE - 1; i++)
+            issue(a, w, p0 + i * DEC_WARPS * C, i);
+    }
+    __device__ __forceinline__ void before_scores(const struct dec_args &a,
+                                                  const struct dec_span &w, int p0)
+    {
+        __syncwarp();   /* the lanes are done reading slot cur (chunk i - 1) */
+        issue(a, w, p0 + (DEC_NSTAGE - 1) * DEC_WARPS * C, cur);
+        cur = cur + 1 == DEC_NSTAGE ? 0 : cur + 1;
+        cp_async_wait<DEC_NSTAGE - 1>();   /* chunk i has landed */
+    }
+    __device__ __forceinline__ void after_scores(const struct dec_args &, const struct dec_span &,
+                                                 int)
+    {
+    }
+    __device__ __forceinline__ void k_floats(float f[DEC_DPL], int j) const
+    {
+        kv8<__half> r;
+        r.v = *(const int4 *)(lane_row + cur * P::SLOT_BYTES + j * P::ROW_BYTES);
+        kv8_floats(f, r);
+    }
+    __device__ __forceinline__ void v_floats(float f[DEC_DPL], int j) const
+    {
+        kv8<__half> r;
+        r.v = *(const int4 *)(lane_row + cur * P::SLOT_BYTES + (C + j) * P::ROW_BYTES);
+        kv8_floats(f, r);
+    }
+    __device__ __forceinline__ void finish(void)
+    {
+        cp_async_wait<0>();   /* only empty groups are left; nothing may land on the acc */
+        __syncwarp();
+    }
+};
+
+/* The work of block (split, kv head, decode token), GM >= a.group rows per
+ * warp, K/V rows from src (either kernel: the arithmetic is this one code).
+ * s_acc: warp w's acc [GM][DEC_D] at s_acc + w * ACC_STRIDE.
  * Partials: acc [dec][n_heads][max_splits][D], ml [dec][n_heads][max_splits]. */
-template <typename T, int GM, int CH, int MINB>
-static __global__ void __launch_bounds__(DEC_WARPS * 32, MINB) k_attn_decode(struct dec_args a)
+template <typename T, int GM, int CH, int ACC_STRIDE, typename Src>
+static __device__ __forceinline__ void dec_block(const struct dec_args &a, Src &src, float *s_acc,
+                                                 float2 (*s_ml)[GM])
 {
     typedef dec_shape<T, GM, CH> S;
     const int C = S::CHUNK;
-    cuda_pdl_enter();   /* launch.cuh: before any read or write */
-    __shared__ __align__(16) float s_acc[DEC_WARPS][GM][DEC_D];
-    __shared__ float2 s_ml[DEC_WARPS][GM];
     int s = blockIdx.x, h = blockIdx.y, di = blockIdx.z;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int t = a.dec[di], g = a.group;
@@ -200,7 +425,7 @@ static __global__ void __launch_bounds__(DEC_WARPS * 32, MINB) k_attn_decode(str
     int p_begin = s * len, p_end = min(p_begin + len, qpos + 1);
     if (p_begin >= p_end)
         return;
-    int seq = a.seq_of[t];
+    struct dec_span span = {a.seq_of[t], h, p_end, lane};
     float q[GM][DEC_DPL], acc[GM][DEC_DPL], m[GM], l[GM];
 #pragma unroll
     for (int r = 0; r < GM; r++) {
@@ -221,17 +446,15 @@ static __global__ void __launch_bounds__(DEC_WARPS * 32, MINB) k_attn_decode(str
     }
     /* the score this lane holds after the reduction: row ri, position ci */
     int ri = (lane % S::N) / C, ci = lane % C;
-    kv8<T> kr[C], vr[C];
     int p0 = p_begin + warp * C;
-    if (p0 < p_end)
-        chunk_fetch<T, C>(kr, a, seq, h, p0, p_end, 0, lane);
+    src.start(a, span, p0);
     for (; p0 < p_end; p0 += DEC_WARPS * C) {
-        chunk_fetch<T, C>(vr, a, seq, h, p0, p_end, 1, lane);   /* flies during the scores */
+        src.before_scores(a, span, p0);
         float sv[S::N];
 #pragma unroll
         for (int j = 0; j < C; j++) {
             float kf[DEC_DPL];
-            kv8_floats(kf, kr[j]);
+            src.k_floats(kf, j);
 #pragma unroll
             for (int r = 0; r < S::GP; r++) {
                 float sum = 0.0f;
@@ -244,8 +467,7 @@ static __global__ void __launch_bounds__(DEC_WARPS * 32, MINB) k_attn_decode(str
             }
         }
         float sc = warp_sum_scatter<S::N>(sv, lane);
-        if (p0 + DEC_WARPS * C < p_end)   /* the next K flies during P.V */
-            chunk_fetch<T, C>(kr, a, seq, h, p0 + DEC_WARPS * C, p_end, 0, lane);
+        src.after_scores(a, span, p0);
         if (ri >= g || p0 + ci >= p_end)
             sc = -INFINITY;
         float mo = -INFINITY;   /* this lane's row's running max */
@@ -275,7 +497,7 @@ static __global__ void __launch_bounds__(DEC_WARPS * 32, MINB) k_attn_decode(str
 #pragma unroll
         for (int j = 0; j < C; j++) {
             float vf[DEC_DPL];
-            kv8_floats(vf, vr[j]);
+            src.v_floats(vf, j);
 #pragma unroll
             for (int r = 0; r < GM; r++) {
                 float pr = __shfl_sync(CS_FULL_MASK, p, r * C + j);
@@ -285,10 +507,11 @@ static __global__ void __launch_bounds__(DEC_WARPS * 32, MINB) k_attn_decode(str
             }
         }
     }
+    src.finish();
     /* merge the warps' states in warp order */
 #pragma unroll
     for (int r = 0; r < GM; r++) {
-        float4 *o = (float4 *)&s_acc[warp][r][lane * DEC_DPL];
+        float4 *o = (float4 *)&s_acc[warp * ACC_STRIDE + r * DEC_D + lane * DEC_DPL];
         o[0] = make_float4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]);
         o[1] = make_float4(acc[r][4], acc[r][5], acc[r][6], acc[r][7]);
         if (lane == 0)
@@ -308,7 +531,7 @@ static __global__ void __launch_bounds__(DEC_WARPS * 32, MINB) k_attn_decode(str
             if (ml.x == -INFINITY)
                 continue;
             float wt = expf(ml.x - M);
-            o += s_acc[w][r][d] * wt;
+            o += s_acc[w * ACC_STRIDE + r * DEC_D + d] * wt;
             L += ml.y * wt;
         }
         size_t idx = ((size_t)di * a.n_heads + h * g + r) * a.max_splits + s;
@@ -316,6 +539,31 @@ static __global__ void __launch_bounds__(DEC_WARPS * 32, MINB) k_attn_decode(str
         if (d == 0)
             a.part_ml[idx] = make_float2(M, L);
     }
+}
+
+/* The register kernel: any KV type, any architecture. */
+template <typename T, int GM, int CH, int MINB>
+static __global__ void __launch_bounds__(DEC_WARPS * 32, MINB) k_attn_decode(struct dec_args a)
+{
+    cuda_pdl_enter();   /* launch.cuh: before any read or write */
+    __shared__ __align__(16) float s_acc[DEC_WARPS][GM][DEC_D];
+    __shared__ float2 s_ml[DEC_WARPS][GM];
+    dec_src_regs<T, dec_shape<T, GM, CH>::CHUNK> src;
+    dec_block<T, GM, CH, GM * DEC_D>(a, src, &s_acc[0][0][0], s_ml);
+}
+
+/* The cp.async kernel: fp16 KV, sm_80+, dec_pipe_shape<GM>::BLOCK_BYTES of
+ * dynamic shared memory. */
+template <int GM>
+static __global__ void __launch_bounds__(DEC_WARPS * 32, dec_pipe_shape<GM>::MINB)
+    k_attn_decode_pipe(struct dec_args a)
+{
+    cuda_pdl_enter();   /* launch.cuh: before any read or write */
+    extern __shared__ __align__(16) unsigned char dec_ring[];
+    __shared__ float2 s_ml[DEC_WARPS][GM];
+    typedef dec_pipe_shape<GM> P;
+    dec_src_pipe<GM> src(dec_ring + (threadIdx.x >> 5) * P::WARP_BYTES, threadIdx.x & 31);
+    dec_block<__half, GM, DEC_CH, P::WARP_BYTES / 4>(a, src, (float *)dec_ring, s_ml);
 }
 
 #define ATT_COMBINE_CHUNK 1024   /* splits whose weights sit in shared memory at once */
@@ -375,11 +623,49 @@ static __global__ void k_attn_combine(float *out, const float *part_acc, const f
     out[(size_t)t * n_heads * D + (size_t)qh * D + d] = L > 0.0f ? o / L : 0.0f;
 }
 
+/* Whether the cp.async kernel for GM rows per warp runs on c's device:
+ * its loaded code was built for sm_80+ (cudaFuncGetAttributes'
+ * binaryVersion: a cc 7.x device, or a newer one running PTX of an older
+ * target, has the synchronous stand-in and takes the register kernel) and a
+ * block may have its shared memory. Asked, and the attribute set, once per
+ * context and instance. */
+template <int GM>
+static bool dec_pipe_ready(struct cuda_ctx *c)
+{
+    signed char *st = &c->dec_pipe[GM / 2 - 1];   /* GM is 2, 4, 6 or 8 */
+    if (c->dec_pipe_off)
+        return false;
+    if (*st == 0) {
+        const int smem = dec_pipe_shape<GM>::BLOCK_BYTES;
+        struct cudaFuncAttributes fa;
+        *st = -1;
+        if (!c->smem_optin &&
+            cudaDeviceGetAttribute(&c->smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin,
+                                   c->device) != cudaSuccess)
+            c->smem_optin = 0;
+        if (cudaFuncGetAttributes(&fa, k_attn_decode_pipe<GM>) == cudaSuccess &&
+            fa.binaryVersion >= 80 && (size_t)c->smem_optin >= smem + fa.sharedSizeBytes &&
+            cudaFuncSetAttribute(k_attn_decode_pipe<GM>,
+                                 cudaFuncAttributeMaxDynamicSharedMemorySize, smem) == cudaSuccess)
+            *st = 1;
+        (void)cudaGetLastError();   /* a refusal here only means the register kernel */
+        LOG_DEBUG("cuda", "attention decode: rows per warp %d, cp.async kernel %s (%d bytes of "
+                  "shared memory, device allows %d)", GM, *st > 0 ? "on" : "off", smem,
+                  c->smem_optin);
+    }
+    return *st > 0;
+}
+
 template <typename T, int GM>
 static int dec_launch_gm(struct cuda_ctx *c, float *out, const struct dec_args &a, int n_dec)
 {
     dim3 grid(a.max_splits, a.n_kv, n_dec);
-    CS_CUDA_CHECK(cuda_launch(k_attn_decode<T, GM, DEC_CH, DEC_MINB>, grid, DEC_WARPS * 32, 0, c->stream, a));
+    if (sizeof(T) == 2 && dec_pipe_ready<GM>(c))
+        CS_CUDA_CHECK(cuda_launch(k_attn_decode_pipe<GM>, grid, DEC_WARPS * 32,
+                                  (size_t)dec_pipe_shape<GM>::BLOCK_BYTES, c->stream, a));
+    else
+        CS_CUDA_CHECK(cuda_launch(k_attn_decode<T, GM, DEC_CH, DEC_MINB>, grid, DEC_WARPS * 32, 0,
+                                  c->stream, a));
     CS_CUDA_CHECK(cuda_launch(k_attn_combine, dim3(a.n_heads, n_dec), DEC_D, 0, c->stream, out,
                               (const float *)a.part_acc, (const float2 *)a.part_ml, a.dec, a.pos,
                               a.n_heads, DEC_D, a.max_splits));
@@ -403,7 +689,21 @@ static int dec_launch(struct cuda_ctx *c, float *out, const struct dec_args &a, 
     return CS_EUNSUPPORTED;
 }
 
-int cuda_attn_decode(struct cuda_ctx *c, float *out, const float *q, int q_token_stride,
+extern "C" void cuda_attn_decode_pipe_enable(struct cs_backend *be, bool on)
+{
+    cuda_ctx_of(be)->dec_pipe_off = !on;
+}
+
+extern "C" bool cuda_attn_decode_pipe_used(struct cs_backend *be)
+{
+    const struct cuda_ctx *c = cuda_ctx_of(be);
+    for (int i = 0; i < 4; i++)
+        if (c->dec_pipe[i] > 0)
+            return true;
+    return false;
+}
+
+extern "C" int cuda_attn_decode(struct cuda_ctx *c, float *out, const float *q, int q_token_stride,
                      int q_head_stride, int n_heads, const struct cs_kv_layer *kv, float scale)
 {
     const struct cuda_batch *cb = &c->batch;

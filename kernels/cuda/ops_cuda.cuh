@@ -91,6 +91,11 @@ struct cuda_ctx {
     size_t apf_part_cap;
     unsigned apf_smem_set;
     int smem_optin;       /* the device's opt-in shared memory per block (0: not asked yet) */
+    /* attention_decode.cu: its cp.async kernel per rows-per-warp instance (2,
+     * 4, 6, 8): 0 not asked yet, 1 ready (shared memory set), -1 unusable on
+     * this device; dec_pipe_off: the register kernel always (tests) */
+    signed char dec_pipe[4];
+    bool dec_pipe_off;
     /* sampling buffers (grow as needed) */
     void *d_sample, *h_sample;
     size_t sample_cap;

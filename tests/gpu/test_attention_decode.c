@@ -9,14 +9,39 @@
  *    relative to max |cpu| <= 1e-5;
  *  - batch invariance: each decode token alone gives the bits it gives in
  *    the batch;
+ *  - F16 pages: the cp.async kernel (sm_80+) gives the bits of the register
+ *    kernel (cuda_attn_decode_pipe_enable off), also with pages out of range
+ *    (a -1 and a too-large page in the context: they read as zeros);
  *  - qk_norm_rope_store == head_norm_rope (q), head_norm_rope (k), kv_store
  *    on the GPU, bit for bit (q, k and every page byte), a token whose page
  *    is out of range included (nothing written for it).
  * Not a ctest test (needs a GPU); exits 77 when no CUDA device is present. */
+#include "../../kernels/cuda/attention_decode.h"
 #include "../test_util.h"
 #include "gpu_pair.h"
 
 #define D 256
+
+/* The decode tokens of t with the cp.async kernel and with the register
+ * kernel: the same bits (on a device without cp.async both are the
+ * register kernel). */
+static void test_pipe_vs_regs(struct tb *t, const struct pair *q, int qs, int Hq,
+                              struct cs_kv_layer *kvg, const char *tag)
+{
+    char name[80];
+    size_t bytes = (size_t)t->b.n_tokens * Hq * D * 4;
+    struct pair a = pair_new(NULL, bytes), b = pair_new(NULL, bytes);
+    CHECK(gpu->step_begin(gpu, &t->b) == 0);
+    CHECK(gpu->attention(gpu, a.g, q->g, qs, 2 * D, Hq, kvg, 1.0f / 16, &t->b) == 0);
+    cuda_attn_decode_pipe_enable(gpu, false);
+    CHECK(gpu->attention(gpu, b.g, q->g, qs, 2 * D, Hq, kvg, 1.0f / 16, &t->b) == 0);
+    cuda_attn_decode_pipe_enable(gpu, true);
+    snprintf(name, sizeof name, "decode cp.async == registers %s", tag);
+    report(name, !pair_same(&a, &b, bytes), 0);
+    if (!cuda_attn_decode_pipe_used(gpu))
+        printf("note: the cp.async kernel did not run here (pre-sm_80 device or build)\n");
+    pair_free(&a), pair_free(&b);
+}
 
 static void test_decode(int Hq, int Hkv, uint32_t kv_type, int PS, int n_seqs, const int *pos,
                         const char *tag)
@@ -67,6 +92,15 @@ static void test_decode(int Hq, int Hkv, uint32_t kv_type, int PS, int n_seqs, c
     }
     snprintf(name, sizeof name, "decode invariance %s", tag);
     report(name, differ, 0);
+    if (kv_type == CS_DTYPE_F16) {
+        test_pipe_vs_regs(&t, &q, qs, Hq, &kvg, tag);
+        /* sequence 0's pages 1 and MP - 2 out of range (page_size divides
+         * or not the chunk: both lookups) */
+        t.pages[1] = -1;
+        t.pages[MP - 2] = kvg.n_pages + 3;
+        snprintf(name, sizeof name, "%s, pages out of range", tag);
+        test_pipe_vs_regs(&t, &q, qs, Hq, &kvg, name);
+    }
     free(poison);
     pair_free(&q), pair_free(&k), pair_free(&v), pair_free(&o), pair_free(&kvp);
 }
