@@ -14,8 +14,14 @@
  *    (a -1 and a too-large page in the context: they read as zeros);
  *  - qk_norm_rope_store == head_norm_rope (q), head_norm_rope (k), kv_store
  *    on the GPU, bit for bit (q, k and every page byte), a token whose page
- *    is out of range included (nothing written for it).
+ *    is out of range included (nothing written for it);
+ *  - timing (BENCH lines): one decode token at 4K and 32K, 9B and 27B
+ *    shapes, F16 KV, the cp.async and the register kernel, microseconds per
+ *    layer and the KV read rate (build with -DDEC_NSTAGE=... etc. to compare
+ *    variants: attention_decode.cu).
  * Not a ctest test (needs a GPU); exits 77 when no CUDA device is present. */
+#include <time.h>
+
 #include "../../kernels/cuda/attention_decode.h"
 #include "../test_util.h"
 #include "gpu_pair.h"
@@ -152,6 +158,73 @@ static void test_qk_prep(int Hq, int Hkv, uint32_t kv_type, const char *tag)
     pair_free(&wq), pair_free(&wk), pair_free(&p1), pair_free(&p2);
 }
 
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+#define BENCH_LAYERS 8   /* KV caches called in turn: more than the L2 holds */
+
+/* One decode token at position pos over BENCH_LAYERS KV caches (F16,
+ * random, pages of 256 in order): each kernel timed as the best of 10
+ * rounds of BENCH_LAYERS back-to-back attention calls (their launches
+ * overlap as in a decode step), per layer; the outputs compared bitwise. */
+static void bench(int Hq, int Hkv, int pos, const char *tag)
+{
+    char name[96];
+    int PS = 256, np = pos / PS + 1, qs = Hq * 2 * D;
+    struct cs_kv_layer kv = {.kv_type = CS_DTYPE_F16, .n_pages = np, .page_size = PS,
+                             .n_kv_heads = Hkv, .head_dim = D};
+    size_t kv_bytes = (size_t)np * 2 * PS * Hkv * D * 2, on = (size_t)Hq * D;
+    uint16_t *h = malloc(kv_bytes);
+    for (size_t i = 0; i < kv_bytes / 2; i++)
+        h[i] = cs_float_to_half(frand());
+    void *pages[BENCH_LAYERS];
+    struct pair kvp = pair_new(h, kv_bytes);   /* the CPU copy is never read */
+    free(h);
+    pages[0] = kvp.g;
+    for (int l = 1; l < BENCH_LAYERS; l++) {
+        CHECK(gpu->alloc(gpu, &pages[l], kv_bytes) == 0);
+        CHECK(gpu->copy(gpu, pages[l], kvp.g, kv_bytes) == 0);
+    }
+    int one = 1, slot = 0;
+    struct tb t;
+    tb_init(&t, 1, &one, &pos, &slot, np);
+    for (int p = 0; p < np; p++)
+        t.pages[p] = p;
+    CHECK(gpu->step_begin(gpu, &t.b) == 0);
+    struct pair q = pair_randv((size_t)qs, 1.0f);
+    struct pair o[2] = {pair_new(NULL, on * 4), pair_new(NULL, on * 4)};
+    double bytes = (double)Hkv * D * 2 * 2 * (pos + 1);   /* K and V read once */
+    for (int k = 0; k < 2; k++) {   /* 0: cp.async, 1: registers */
+        cuda_attn_decode_pipe_enable(gpu, k == 0);
+        double best = INFINITY;
+        for (int r = 0; r <= 10; r++) {   /* round 0 warms up */
+            CHECK(gpu->sync(gpu) == 0);
+            double t0 = now_s();
+            for (int l = 0; l < BENCH_LAYERS; l++) {
+                kv.pages = pages[l];
+                CHECK(gpu->attention(gpu, o[k].g, q.g, qs, 2 * D, Hq, &kv, 1.0f / 16, &t.b) == 0);
+            }
+            CHECK(gpu->sync(gpu) == 0);
+            double us = (now_s() - t0) * 1e6 / BENCH_LAYERS;
+            if (r > 0 && us < best)
+                best = us;
+        }
+        printf("BENCH attn_decode_%s_%s %.1f us/layer (%.2f TB/s of KV)\n", tag,
+               k ? "registers" : "cp.async", best, bytes / (best * 1e-6) / 1e12);
+    }
+    cuda_attn_decode_pipe_enable(gpu, true);
+    fflush(stdout);
+    snprintf(name, sizeof name, "decode cp.async == registers %s", tag);
+    report(name, !pair_same(&o[0], &o[1], on * 4), 0);
+    for (int l = 1; l < BENCH_LAYERS; l++)
+        gpu->free(gpu, pages[l]);
+    pair_free(&q), pair_free(&o[0]), pair_free(&o[1]), pair_free(&kvp);
+}
+
 int main(void)
 {
     int rc = gpu_pair_open();
@@ -168,6 +241,9 @@ int main(void)
     test_qk_prep(16, 4, CS_DTYPE_F16, "9B f16");
     test_qk_prep(24, 4, CS_DTYPE_F16, "27B f16");
     test_qk_prep(16, 4, CS_DTYPE_F32, "9B f32");
+    bench(16, 4, 4095, "9B_4K");
+    bench(16, 4, 32767, "9B_32K");
+    bench(24, 4, 32767, "27B_32K");
     gpu_pair_close();
     return test_report();
 }
