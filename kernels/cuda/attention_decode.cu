@@ -626,32 +626,45 @@ static __global__ void k_attn_combine(float *out, const float *part_acc, const f
 /* Whether the cp.async kernel for GM rows per warp runs on c's device:
  * its loaded code was built for sm_80+ (cudaFuncGetAttributes'
  * binaryVersion: a cc 7.x device, or a newer one running PTX of an older
- * target, has the synchronous stand-in and takes the register kernel) and a
- * block may have its shared memory. Asked, and the attribute set, once per
- * context and instance. */
+ * target, has the synchronous stand-in), a block may have its shared memory,
+ * and an SM holds the blocks its launch bounds were sized for (MINB, from an
+ * H200's 228 KB: where fewer fit, e.g. two 96 KB blocks on an A100's 164
+ * KB, it would run at half the register kernel's occupancy, untimed). Else
+ * the register kernel. Asked, and the attribute set, once per context and
+ * instance. */
 template <int GM>
 static bool dec_pipe_ready(struct cuda_ctx *c)
 {
+    typedef dec_pipe_shape<GM> P;
     signed char *st = &c->dec_pipe[GM / 2 - 1];   /* GM is 2, 4, 6 or 8 */
     if (c->dec_pipe_off)
         return false;
     if (*st == 0) {
-        const int smem = dec_pipe_shape<GM>::BLOCK_BYTES;
         struct cudaFuncAttributes fa;
+        int per_sm = 0, reserved = 0;
         *st = -1;
         if (!c->smem_optin &&
             cudaDeviceGetAttribute(&c->smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin,
                                    c->device) != cudaSuccess)
             c->smem_optin = 0;
-        if (cudaFuncGetAttributes(&fa, k_attn_decode_pipe<GM>) == cudaSuccess &&
-            fa.binaryVersion >= 80 && (size_t)c->smem_optin >= smem + fa.sharedSizeBytes &&
-            cudaFuncSetAttribute(k_attn_decode_pipe<GM>,
-                                 cudaFuncAttributeMaxDynamicSharedMemorySize, smem) == cudaSuccess)
-            *st = 1;
+        if (cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor,
+                                   c->device) == cudaSuccess &&
+            cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock,
+                                   c->device) == cudaSuccess &&
+            cudaFuncGetAttributes(&fa, k_attn_decode_pipe<GM>) == cudaSuccess) {
+            size_t block = P::BLOCK_BYTES + fa.sharedSizeBytes;
+            if (fa.binaryVersion >= 80 && (size_t)c->smem_optin >= block &&
+                (size_t)per_sm >= P::MINB * (block + reserved) &&
+                cudaFuncSetAttribute(k_attn_decode_pipe<GM>,
+                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     P::BLOCK_BYTES) == cudaSuccess)
+                *st = 1;
+        }
         (void)cudaGetLastError();   /* a refusal here only means the register kernel */
         LOG_DEBUG("cuda", "attention decode: rows per warp %d, cp.async kernel %s (%d bytes of "
-                  "shared memory, device allows %d)", GM, *st > 0 ? "on" : "off", smem,
-                  c->smem_optin);
+                  "shared memory per block, %d blocks per SM; device allows %d per block, %d "
+                  "per SM)", GM, *st > 0 ? "on" : "off", P::BLOCK_BYTES, P::MINB, c->smem_optin,
+                  per_sm);
     }
     return *st > 0;
 }
