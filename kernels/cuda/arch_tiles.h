@@ -1,8 +1,8 @@
 /* arch_tiles.h - the one table of per-architecture tile and launch choices of
- * the CUDA matrix kernels (kernels/cuda/matmul.cu). No choice here changes
- * the arithmetic of an output element (matmul.h "Numerics"): they only change
- * how the work is spread over threads, so results are bitwise equal across
- * rows of this table.
+ * the CUDA matrix kernels (kernels/cuda/matmul.cu, gemm.cu). No choice here
+ * changes the arithmetic of an output element (matmul.h "Numerics"): they
+ * only change how the work is spread over threads, so results are bitwise
+ * equal across rows of this table.
  *
  * Compile-time tile shapes are shared by all architectures and sized for the
  * smallest target, sm_70: <= 48 KB static shared memory per block, no
@@ -11,10 +11,11 @@
 #ifndef CS_CUDA_ARCH_TILES_H
 #define CS_CUDA_ARCH_TILES_H
 
-/* GEMM (prefill): a block computes MM_GEMM_BM rows x MM_GEMM_BN tokens,
- * staging MM_GEMM_KB 32-value blocks of K per step in double-buffered shared
- * memory (27 KB). 256 threads: warp w owns tokens 8w..8w+7, lane l rows
- * l, l+32, l+64, l+96 (BM = 128, BN = 64 are baked into that mapping). */
+/* GEMM (prefill, gemm.cu): a block computes MM_GEMM_BM rows x MM_GEMM_BN
+ * tokens, staging MM_GEMM_KB 32-value blocks of K per step in
+ * double-buffered shared memory (27 KB). 256 threads: warp w owns tokens
+ * 8w..8w+7, lane l rows l, l+32, l+64, l+96 (BM = 128, BN = 64 are baked
+ * into that mapping). */
 #define MM_GEMM_BM 128
 #define MM_GEMM_BN 64
 #define MM_GEMM_KB 2
