@@ -339,7 +339,7 @@ static int matmul_q8(int n, float *const *ys, const struct cs_weight *const *ws,
         units += gemm ? (groups + MM_GEMM_BM / 32 - 1) / (MM_GEMM_BM / 32) : groups;
     }
     if (gemm) {
-        CS_CUDA_CHECK(gemm_q8_launch(ps, units, xq, xd, n_in, nb, n_tokens, s));
+        CS_CUDA_CHECK(gemm_q8_launch(ps, units, xq, xd, n_in, nb, n_tokens, tiles->gemm_kb, s));
         return CS_OK;
     }
     for (int t0 = 0; t0 < n_tokens; t0 += MM_GEMV_MAX_TOKENS) {
