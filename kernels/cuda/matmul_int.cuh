@@ -1,6 +1,7 @@
 /* matmul_int.cuh - what the Q8_0 matrix kernels share (matmul.cu,
- * gemv_seg.cu): the description of a fused launch over several weights and
- * the exact block dot product. Internal to kernels/cuda. */
+ * gemv_seg.cu, gemm.cu): the description of a fused launch over several
+ * weights, the exact block dot product and the launchers matmul.cu calls.
+ * Internal to kernels/cuda. */
 #ifndef CS_CUDA_MATMUL_INT_CUH
 #define CS_CUDA_MATMUL_INT_CUH
 
@@ -67,5 +68,12 @@ cudaError_t gemv_seg_launch(int nt, const struct mm_parts &ps, int units, const 
 
 /* Row groups one segmented launch may take (its workspace's tickets). */
 int gemv_seg_max_units(void);
+
+/* Launch the GEMM (gemm.cu) over units row tiles of MM_GEMM_BM rows (parts'
+ * unit_begin count tiles) and all n_tokens tokens of xq/xd (Q8_1 scratch),
+ * kb (2, 4 or 8; arch_tiles.h's gemm_kb) blocks per stage, or the next
+ * smaller that fits MM_GEMM_MIN_BLOCKS blocks per SM. */
+cudaError_t gemm_q8_launch(const struct mm_parts &ps, int units, const int8_t *xq, const float *xd,
+                           int n_in, int nb, int n_tokens, int kb, cudaStream_t s);
 
 #endif

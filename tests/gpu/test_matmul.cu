@@ -217,6 +217,7 @@ static void test_matmul_q8_small_shapes(void)
     check_q8(96, 48, 3, 1, CUDA_MM_GEMM);
     check_q8(1024, 300, 11, 1, CUDA_MM_GEMV);
     check_q8(1024, 300, 70, 1, CUDA_MM_GEMM);
+    check_q8(1120, 300, 70, 1, CUDA_MM_GEMM);     /* 35 blocks: a 3-block last segment and stage */
     check_q8(1056, 300, 1, 1, CUDA_MM_GEMV_SEG);  /* 33 blocks: a 1-block last segment */
     check_q8(1056, 300, 5, 1, CUDA_MM_GEMV);
     check_q8(96, 48, 3, 1, CUDA_MM_GEMV_SEG);     /* one segment: written directly */
