@@ -24,8 +24,11 @@
  * Measured (sm_90 SASS of one steady K-loop stage, per DP4A): 1.00 other
  * instructions per DP4A before gemm.cu; KB = 2 / 4 / 8 now 0.72 / 0.67 /
  * 0.65, no spills (the floor: 0.5 fp32 operations, fixed by matmul.h
- * "Numerics", and 0.1 shared loads of the 4 x 8 register tile). Not yet
- * timed: the choices per row follow those counts.
+ * "Numerics", and 0.1 shared loads of the 4 x 8 register tile). Timed on
+ * an H200 (docs/PERF.md, fifth session; `cmpserve bench --kernels`, 9B
+ * matrix calls at 2,048 tokens): 58.4% of DP4A peak before, 63.5% / 67.9% /
+ * 68.0% at KB = 2 / 4 / 8 (27B: 64.0 / 68.5 / 69.0%). KB = 2 is what
+ * V100/CMP run; not yet timed there.
  * MM_GEMM_KB (2, 4 or 8), when defined, overrides every row's gemm_kb;
  * MM_GEMM_KP: blocks per staging piece (staging registers live meanwhile);
  * MM_GEMM_ORDER: gemm.cu's order of one block's work (0: by half, 32 live
@@ -41,7 +44,7 @@
 #endif
 #ifndef MM_GEMM_MIN_BLOCKS
 #define MM_GEMM_MIN_BLOCKS 2   /* 2 blocks per SM (128 registers): 62% vs 49% of DP4A peak on H200
-                                * (the kernel before gemm.cu) */
+                                * (measured with the kernel before gemm.cu) */
 #endif
 
 /* GEMV (decode): one block per group of 32 rows; lane = row. */

@@ -28,7 +28,9 @@
  *    flight, its K and V arrays take 64 registers and leave no room for
  *    more, and at 32K it read 2.4 TB/s of the H200's 4.4 (55 us per layer
  *    against a ~30 us floor); Little's law wants 32 KB or more in flight per
- *    SM.
+ *    SM. Measured on an H200 (docs/PERF.md, fifth session, 9B shape, one
+ *    token): 32K context 0.0465 ms per layer (2.9 TB/s of KV) against the
+ *    register kernel's 0.0553; 4K 0.0136 against 0.0154.
  *  - k_attn_decode (F32 KV; or no cp.async in the loaded code, or too little
  *    shared memory: dec_pipe_ready): the rows go straight from global memory
  *    into registers, V of a chunk in flight during its scores and the next
@@ -51,11 +53,11 @@
 
 /* Build-time tuning, -D on the nvcc line to time variants: DEC_WARPS warps
  * per block (both kernels; at most 5: the register kernel's static acc, 8 KB
- * per warp at G 8, must fit in 48 KB); DEC_NSTAGE chunk slots per warp of the cp.async
- * kernel (2 or more: DEC_NSTAGE - 1 chunks in flight while one is computed
- * on; 3 is a first choice, not yet timed: 96 KB per block at G 3-4, two
- * blocks per H200 SM); DEC_PIPE_MAXB the most blocks per SM its launch
- * bounds ask for (a register cap of 65536 / (32 DEC_WARPS x blocks)). */
+ * per warp at G 8, must fit in 48 KB); DEC_NSTAGE chunk slots per warp of
+ * the cp.async kernel (2 or more: DEC_NSTAGE - 1 chunks in flight while one
+ * is computed on; 3: 96 KB per block at G 3-4, two blocks per H200 SM; 2
+ * and 4 not yet timed against it); DEC_PIPE_MAXB the most blocks per SM its
+ * launch bounds ask for (a register cap of 65536 / (32 DEC_WARPS x blocks)). */
 #ifndef DEC_WARPS
 #define DEC_WARPS 4
 #endif
