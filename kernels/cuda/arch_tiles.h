@@ -30,17 +30,12 @@
  * 68.0% at KB = 2 / 4 / 8 (27B: 64.0 / 68.5 / 69.0%). KB = 2 is what
  * V100/CMP run; not yet timed there.
  * MM_GEMM_KB (2, 4 or 8), when defined, overrides every row's gemm_kb;
- * MM_GEMM_KP: blocks per staging piece (staging registers live meanwhile);
- * MM_GEMM_ORDER: gemm.cu's order of one block's work (0: by half, 32 live
- * isums; 1: by output). */
+ * MM_GEMM_KP: blocks per staging piece (staging registers live meanwhile). */
 #define MM_GEMM_BM 128
 #define MM_GEMM_BN 64
 #define MM_GEMM_THREADS 256
 #ifndef MM_GEMM_KP
 #define MM_GEMM_KP 2
-#endif
-#ifndef MM_GEMM_ORDER
-#define MM_GEMM_ORDER 1
 #endif
 #ifndef MM_GEMM_MIN_BLOCKS
 #define MM_GEMM_MIN_BLOCKS 2   /* 2 blocks per SM (128 registers): 62% vs 49% of DP4A peak on H200

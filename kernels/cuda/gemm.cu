@@ -1,7 +1,7 @@
 /* gemm.cu - the prefill GEMM for Q8_0 weights x Q8_1 activations (many
  * tokens; matmul.cu's matmul_q8 chooses between it and the GEMVs).
  *
- * gemm_q8_kernel<KB, KP, ORDER>: a block of 256 threads computes BM = 128
+ * gemm_q8_kernel<KB, KP>: a block of 256 threads computes BM = 128
  * rows x BN = 64 tokens; warp w owns tokens 8w..8w+7, lane l rows l, l+32,
  * l+64, l+96 (a 4 x 8 register tile). K goes by stages of KB 32-value
  * blocks through double-buffered shared memory filled by register prefetch
@@ -17,13 +17,11 @@
  * "Numerics" exactly, bitwise equal to the GEMV for any n_tokens
  * (tests/gpu/test_matmul).
  *
- * ORDER, the order of one block's work in a thread (same operations, same
- * order per output; only the interleaving across outputs differs):
- *  0: half by half: the 4 rows' A fragments of one 16-value half, then per
- *     token its B half and 4 DP4A per row, into 32 live isums;
- *  1: output by output: the 4 rows' A fragments of both halves (32
- *     registers), then per token its B block and each row's whole 8-DP4A
- *     isum, scaled and added at once (4 live isums instead of 32).
+ * A thread forms one output's whole block sum at a time: the 4 rows' A
+ * fragments of both halves (32 registers), then per token its B block and
+ * each row's 8-DP4A isum, scaled and added at once (4 live isums: forming
+ * the 32 isums of a half together, as the kernel before gemm.cu did, spilled
+ * at 128 registers and issued 1.00 other instructions per DP4A).
  *
  * Configurations KB = 2, 4, 8 are compiled; gemm_q8_launch runs the one
  * arch_tiles.h's row asks for, or the next smaller whose shared memory fits
@@ -221,65 +219,30 @@ static __device__ __forceinline__ void gemm_store_scales(struct gemm_stage<KB> &
     }
 }
 
-/* acc[i][t] += (d_w * d_x) * isum for block kb of stage st (ORDER above). */
-template <int KB, int ORDER>
+/* acc[i][t] += (d_w * d_x) * isum for block kb of stage st, output by output. */
+template <int KB>
 static __device__ __forceinline__ void gemm_block(float (&acc)[4][8],
                                                   const struct gemm_stage<KB> &st, int kb)
 {
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     float4 da4 = st.ad[kb][lane];
     float da[4] = {da4.x, da4.y, da4.z, da4.w};
-    if (ORDER == 0) {
-        int isum[4][8];
+    int4 a0[4], a1[4];
 #pragma unroll
-        for (int i = 0; i < 4; i++)
+    for (int i = 0; i < 4; i++) {
+        a0[i] = st.a[kb][i][0][lane];
+        a1[i] = st.a[kb][i][1][lane];
+    }
 #pragma unroll
-            for (int t = 0; t < 8; t++)
-                isum[i][t] = MM_DOT_BIAS;   /* see biased_dot_to_float */
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            int4 a[4];
-#pragma unroll
-            for (int i = 0; i < 4; i++)
-                a[i] = st.a[kb][i][h][lane];
-#pragma unroll
-            for (int t = 0; t < 8; t++) {
-                int4 bv = st.b[kb / 2][warp * 8 + t][(kb & 1) * 2 + h];
-#pragma unroll
-                for (int i = 0; i < 4; i++) {
-                    int v = __dp4a(a[i].x, bv.x, isum[i][t]);
-                    v = __dp4a(a[i].y, bv.y, v);
-                    v = __dp4a(a[i].z, bv.z, v);
-                    isum[i][t] = __dp4a(a[i].w, bv.w, v);
-                }
-            }
-        }
-#pragma unroll
-        for (int t = 0; t < 8; t++) {
-            float db = st.bd[kb][warp * 8 + t];
-#pragma unroll
-            for (int i = 0; i < 4; i++)
-                acc[i][t] = __fadd_rn(acc[i][t], __fmul_rn(__fmul_rn(da[i], db),
-                                                           biased_dot_to_float(isum[i][t])));
-        }
-    } else {
-        int4 a0[4], a1[4];
+    for (int t = 0; t < 8; t++) {
+        const int4 *bt = st.b[kb / 2][warp * 8 + t] + (kb & 1) * 2;
+        int4 b0 = bt[0], b1 = bt[1];
+        float db = st.bd[kb][warp * 8 + t];
 #pragma unroll
         for (int i = 0; i < 4; i++) {
-            a0[i] = st.a[kb][i][0][lane];
-            a1[i] = st.a[kb][i][1][lane];
-        }
-#pragma unroll
-        for (int t = 0; t < 8; t++) {
-            const int4 *bt = st.b[kb / 2][warp * 8 + t] + (kb & 1) * 2;
-            int4 b0 = bt[0], b1 = bt[1];
-            float db = st.bd[kb][warp * 8 + t];
-#pragma unroll
-            for (int i = 0; i < 4; i++) {
-                int isum = dot32(a0[i], a1[i], b0, b1, MM_DOT_BIAS);
-                acc[i][t] = __fadd_rn(acc[i][t], __fmul_rn(__fmul_rn(da[i], db),
-                                                           biased_dot_to_float(isum)));
-            }
+            int isum = dot32(a0[i], a1[i], b0, b1, MM_DOT_BIAS);
+            acc[i][t] = __fadd_rn(acc[i][t], __fmul_rn(__fmul_rn(da[i], db),
+                                                       biased_dot_to_float(isum)));
         }
     }
 }
@@ -323,7 +286,7 @@ static __device__ __forceinline__ void gemm_fold(float (&acc)[4][8], const struc
  * are clamped (the last stage loads block nb - 1 again and stores it to the
  * idle buffer: cheaper than skipping) and this stage's blocks are checked
  * against nb. */
-template <int KB, int KP, int ORDER, bool TAIL>
+template <int KB, int KP, bool TAIL>
 static __device__ __forceinline__ void gemm_stage_run(float (&acc)[4][8], struct gemm_src &c,
                                                       const struct gemm_stage<KB> &cur,
                                                       struct gemm_stage<KB> &nxt, int s)
@@ -338,7 +301,7 @@ static __device__ __forceinline__ void gemm_stage_run(float (&acc)[4][8], struct
 #pragma unroll
         for (int k = 0; k < KP; k++)
             if (!TAIL || s * KB + p * KP + k < c.nb)
-                gemm_block<KB, ORDER>(acc, cur, p * KP + k);
+                gemm_block<KB>(acc, cur, p * KP + k);
         gemm_store(nxt, p * KP, r);
         if (p == 0)
             gemm_store_scales(nxt, sc);
@@ -348,7 +311,7 @@ static __device__ __forceinline__ void gemm_stage_run(float (&acc)[4][8], struct
 }
 
 /* Dynamic shared memory: struct gemm_stage<KB>[2]. */
-template <int KB, int KP, int ORDER>
+template <int KB, int KP>
 static __global__ void __launch_bounds__(MM_GEMM_THREADS, MM_GEMM_MIN_BLOCKS)
     gemm_q8_kernel(struct mm_parts ps, const int8_t *xq, const float *xd, int n_in, int nb,
                    int n_tokens)
@@ -390,10 +353,10 @@ static __global__ void __launch_bounds__(MM_GEMM_THREADS, MM_GEMM_MIN_BLOCKS)
         int s = s0;
 #pragma unroll 1
         for (; s < s1 && s < n_whole; s++)
-            gemm_stage_run<KB, KP, ORDER, false>(acc, c, st[s & 1], st[(s & 1) ^ 1], s);
+            gemm_stage_run<KB, KP, false>(acc, c, st[s & 1], st[(s & 1) ^ 1], s);
 #pragma unroll 1
         for (; s < s1; s++)
-            gemm_stage_run<KB, KP, ORDER, true>(acc, c, st[s & 1], st[(s & 1) ^ 1], s);
+            gemm_stage_run<KB, KP, true>(acc, c, st[s & 1], st[(s & 1) ^ 1], s);
         gemm_fold(acc, ps, n_tokens, s0 == 0);
     }
 }
@@ -401,7 +364,7 @@ static __global__ void __launch_bounds__(MM_GEMM_THREADS, MM_GEMM_MIN_BLOCKS)
 /* ---- host side ---- */
 
 #define GEMM_KP(KB) (MM_GEMM_KP < (KB) ? MM_GEMM_KP : (KB))
-#define GEMM_KERNEL(KB) gemm_q8_kernel<KB, GEMM_KP(KB), MM_GEMM_ORDER>
+#define GEMM_KERNEL(KB) gemm_q8_kernel<KB, GEMM_KP(KB)>
 
 /* Can the KB configuration run MM_GEMM_MIN_BLOCKS blocks per SM on the
  * current device? Asked once per device and KB; raises the kernel's dynamic
