@@ -56,7 +56,7 @@
  * per warp at G 8, must fit in 48 KB); DEC_NSTAGE chunk slots per warp of
  * the cp.async kernel (2 or more: DEC_NSTAGE - 1 chunks in flight while one
  * is computed on; 3: 96 KB per block at G 3-4, two blocks per H200 SM; 2
- * and 4 not yet timed against it); DEC_PIPE_MAXB the most blocks per SM its
+ * measured the same at 9B and 4 slower, docs/PERF.md); DEC_PIPE_MAXB the most blocks per SM its
  * launch bounds ask for (a register cap of 65536 / (32 DEC_WARPS x blocks)). */
 #ifndef DEC_WARPS
 #define DEC_WARPS 4
