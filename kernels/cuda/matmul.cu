@@ -288,10 +288,11 @@ static bool gemv_plan(const struct mm_arch_tiles *tiles, int nt, int n_in, int *
 }
 
 /* The Q8_0 weights ws[0..n) (validated: same n_in). Quantizes x into scratch
- * first unless every launch quantizes it in shared memory. */
+ * first unless every launch quantizes it in shared memory, or x_ready: the
+ * GEMM (only) on the Q8_1 a prologue already left in scratch (x unused). */
 static int matmul_q8(int n, float *const *ys, const struct cs_weight *const *ws, const float *x,
                      int n_tokens, void *scratch, size_t scratch_bytes, cudaStream_t s,
-                     enum cuda_mm_kernel kernel)
+                     enum cuda_mm_kernel kernel, bool x_ready = false)
 {
     const struct mm_arch_tiles *tiles = mm_arch_tiles_for(device_cc());
     int n_in = (int)ws[0]->n_in, nb = n_in / 32;
@@ -308,6 +309,8 @@ static int matmul_q8(int n, float *const *ys, const struct cs_weight *const *ws,
     bool seg = !gemm && (kernel == CUDA_MM_GEMV_SEG ||
                          (kernel == CUDA_MM_AUTO && all_groups <= gemv_seg_max_units() &&
                           nb > CS_DOT_SEG_BLOCKS));
+    if (x_ready && !gemm)
+        return CS_EINVAL;
     bool need_scratch = gemm;
     for (int t0 = 0; !gemm && t0 < n_tokens; t0 += MM_GEMV_MAX_TOKENS) {
         int nt = n_tokens - t0 < MM_GEMV_MAX_TOKENS ? n_tokens - t0 : MM_GEMV_MAX_TOKENS, warps;
@@ -322,7 +325,7 @@ static int matmul_q8(int n, float *const *ys, const struct cs_weight *const *ws,
             LOG_ERROR("matmul", "scratch too small: %zu < %zu bytes", scratch_bytes, need);
             return CS_EINVAL;
         }
-        int rc = cuda_quantize_q8_1(scratch, x, n_in, n_tokens, s);
+        int rc = x_ready ? CS_OK : cuda_quantize_q8_1(scratch, x, n_in, n_tokens, s);
         if (rc != CS_OK)
             return rc;
     }
@@ -489,6 +492,34 @@ extern "C" int cuda_matmul_pro_n(int n, float *const *ys, const struct cs_weight
         return CS_ECUDA;
     }
     return CS_OK;
+}
+
+extern "C" int cuda_matmul_pro_tokens(int n, float *const *ys, const struct cs_weight *const *ws,
+                                      const float *x, int n_tokens, const struct cuda_mm_pro *pro,
+                                      void *scratch, size_t scratch_bytes,
+                                      struct CUstream_st *stream)
+{
+    bool any_q8;
+    if (!pro || matmul_check(n, ys, ws, x, n_tokens, &any_q8) != CS_OK || !pro->aux)
+        return CS_EINVAL;
+    for (int i = 0; i < n; i++)
+        if (ws[i]->type != CS_DTYPE_Q8_0)
+            return CS_EUNSUPPORTED;
+    int64_t n_in = ws[0]->n_in;
+    if (n_tokens <= mm_arch_tiles_for(device_cc())->gemv_max_tokens)
+        return CS_EUNSUPPORTED;   /* the GEMV quantizes x itself */
+    if (!scratch || scratch_bytes < cuda_matmul_scratch_bytes(n_in, n_tokens))
+        return CS_EINVAL;
+    if (pro->kind == CUDA_MM_PRO_ADD_RMSNORM &&
+        (!pro->x_out || ranges_overlap(pro->x_out, (size_t)n_in * n_tokens, x,
+                                       (size_t)n_in * n_tokens) ||
+         ranges_overlap(pro->x_out, (size_t)n_in * n_tokens, pro->aux, (size_t)n_in * n_tokens)))
+        return CS_EUNSUPPORTED;
+    int rc = cuda_quantize_pro(scratch, x, n_in, n_tokens, pro, stream);
+    if (rc != CS_OK)
+        return rc;   /* CS_EUNSUPPORTED: nothing launched */
+    return matmul_q8(n, ys, ws, x, n_tokens, scratch, scratch_bytes, (cudaStream_t)stream,
+                     CUDA_MM_GEMM, true);
 }
 
 extern "C" int cuda_matmul_pro_1(float *y, const struct cs_weight *w, const float *x,

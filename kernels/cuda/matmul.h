@@ -126,6 +126,7 @@ struct cuda_mm_pro {
     float eps;            /* GATED_RMSNORM, ADD_RMSNORM */
     float *x_out;         /* ADD_RMSNORM: x + aux [n_in], overlapping neither x nor aux (other
                            * blocks still read them); each value written by one block */
+    int aux_token_stride; /* SIGMOID_GATE over several tokens (cuda_matmul_pro_tokens) */
 };
 
 /* y = w pro(x) for one token, fused into the segmented GEMV. Returns
@@ -141,6 +142,26 @@ int cuda_matmul_pro_1(float *y, const struct cs_weight *w, const float *x,
  * weights (as cuda_matmul fuses them). The same CS_EUNSUPPORTED cases, and
  * any weight not Q8_0. */
 int cuda_matmul_pro_n(int n, float *const *ys, const struct cs_weight *const *ws, const float *x,
+                      const struct cuda_mm_pro *pro, struct CUstream_st *stream);
+
+/* ys[i] = ws[i] pro(x) for n_tokens tokens that take the GEMM (a prompt):
+ * pro(x) computed and quantized to Q8_1 into scratch (>=
+ * cuda_matmul_scratch_bytes) in one pass (cuda_quantize_pro), where the op
+ * and the quantization would each pass over the activations. x is [n_tokens]
+ * [n_in]; aux and x_out the same (SIGMOID_GATE: aux_token_stride apart), z
+ * of GATED_RMSNORM [n_tokens][n_in] by heads. Bitwise the op then
+ * cuda_matmul. Returns CS_EUNSUPPORTED, having launched nothing, when it
+ * does not apply: a weight not Q8_0, few enough tokens for the GEMV, n_in
+ * not a multiple of 128 (8192 at most for ADD_RMSNORM), a head size other
+ * than 128 (GATED_RMSNORM), x_out overlapping x or aux. */
+int cuda_matmul_pro_tokens(int n, float *const *ys, const struct cs_weight *const *ws,
+                           const float *x, int n_tokens, const struct cuda_mm_pro *pro,
+                           void *scratch, size_t scratch_bytes, struct CUstream_st *stream);
+
+/* pro(x) over n_tokens tokens quantized to Q8_1 into scratch (the layout of
+ * cuda_quantize_q8_1); the ADD_RMSNORM sum also written to x_out. The
+ * checks and CS_EUNSUPPORTED cases of cuda_matmul_pro_tokens (quantize_pro.cu). */
+int cuda_quantize_pro(void *scratch, const float *x, int64_t n_in, int n_tokens,
                       const struct cuda_mm_pro *pro, struct CUstream_st *stream);
 
 /* cuda_matmul_pro_1 with the SwiGLU prologue: y = w (silu(g) * u). */

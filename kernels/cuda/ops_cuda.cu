@@ -245,6 +245,24 @@ static int cu_matmul_1(struct cs_backend *be, float *y, const struct cs_weight *
     return cu_matmul(be, 1, ys, ws, x, n_tokens);
 }
 
+/* A prompt's projections with their prologue fused into the quantization
+ * (cuda_matmul_pro_tokens); CS_EUNSUPPORTED (nothing launched) where it does
+ * not apply, and the caller runs the op and the matmul. */
+static int cu_matmul_pro_tokens(struct cs_backend *be, int n, float *const *ys,
+                                const struct cs_weight *const *ws, const float *x, int n_tokens,
+                                const struct cuda_mm_pro *pro)
+{
+    struct cuda_ctx *c = cuda_ctx_of(be);
+    if (n_tokens <= 1)
+        return CS_EUNSUPPORTED;
+    size_t need = cuda_matmul_scratch_bytes(ws[0]->n_in, n_tokens);
+    int rc = cuda_buffer_reserve(&c->mm_scratch, &c->mm_scratch_cap, need);
+    if (rc != CS_OK)
+        return rc;
+    return cuda_matmul_pro_tokens(n, ys, ws, x, n_tokens, pro, c->mm_scratch, c->mm_scratch_cap,
+                                  c->stream);
+}
+
 static int cu_matmul_swiglu(struct cs_backend *be, float *y, const struct cs_weight *w, float *g,
                             const float *u, int n_tokens)
 {
@@ -253,6 +271,11 @@ static int cu_matmul_swiglu(struct cs_backend *be, float *y, const struct cs_wei
         return CS_OK;
     if (n_tokens == 1) {
         int rc = cuda_matmul_swiglu_1(y, w, g, u, c->stream);
+        if (rc != CS_EUNSUPPORTED)
+            return rc;
+    } else {
+        struct cuda_mm_pro pro = {CUDA_MM_PRO_SWIGLU, u, NULL, 0, 0, 0.0f};
+        int rc = cu_matmul_pro_tokens(be, 1, &y, &w, g, n_tokens, &pro);
         if (rc != CS_EUNSUPPORTED)
             return rc;
     }
@@ -269,13 +292,12 @@ static int cu_matmul_gated_rmsnorm(struct cs_backend *be, float *y, const struct
         return CS_OK;
     if (w->n_in != (int64_t)n_heads * head_dim)
         return CS_EINVAL;
-    if (n_tokens == 1) {
-        struct cuda_mm_pro pro = {CUDA_MM_PRO_GATED_RMSNORM, z, norm_w, head_dim, 0, eps};
-        int rc = cuda_matmul_pro_1(y, w, x, &pro, c->stream);
-        if (rc != CS_EUNSUPPORTED)
-            return rc;
-    }
-    int rc = cuda_op_gated_rmsnorm(be, x, z, norm_w, n_heads, head_dim, eps, n_tokens);
+    struct cuda_mm_pro pro = {CUDA_MM_PRO_GATED_RMSNORM, z, norm_w, head_dim, 0, eps};
+    int rc = n_tokens == 1 ? cuda_matmul_pro_1(y, w, x, &pro, c->stream)
+                           : cu_matmul_pro_tokens(be, 1, &y, &w, x, n_tokens, &pro);
+    if (rc != CS_EUNSUPPORTED)
+        return rc;
+    rc = cuda_op_gated_rmsnorm(be, x, z, norm_w, n_heads, head_dim, eps, n_tokens);
     return rc != CS_OK ? rc : cu_matmul_1(be, y, w, x, n_tokens);
 }
 
@@ -288,21 +310,21 @@ static int cu_matmul_sigmoid_gate(struct cs_backend *be, float *y, const struct 
         return CS_OK;
     if (w->n_in != (int64_t)n_heads * head_dim)
         return CS_EINVAL;
-    if (n_tokens == 1) {
-        struct cuda_mm_pro pro = {CUDA_MM_PRO_SIGMOID_GATE, gate, NULL, head_dim, gate_head_stride,
-                                  0.0f};
-        int rc = cuda_matmul_pro_1(y, w, x, &pro, c->stream);
-        if (rc != CS_EUNSUPPORTED)
-            return rc;
-    }
-    int rc = cuda_op_sigmoid_gate(be, x, gate, gate_token_stride, gate_head_stride, n_heads,
+    struct cuda_mm_pro pro = {CUDA_MM_PRO_SIGMOID_GATE, gate, NULL, head_dim, gate_head_stride,
+                              0.0f, NULL, gate_token_stride};
+    int rc = n_tokens == 1 ? cuda_matmul_pro_1(y, w, x, &pro, c->stream)
+                           : cu_matmul_pro_tokens(be, 1, &y, &w, x, n_tokens, &pro);
+    if (rc != CS_EUNSUPPORTED)
+        return rc;
+    rc = cuda_op_sigmoid_gate(be, x, gate, gate_token_stride, gate_head_stride, n_heads,
                                   head_dim, n_tokens);
     return rc != CS_OK ? rc : cu_matmul_1(be, y, w, x, n_tokens);
 }
 
 /* One decode token: the add and the norm in the GEMV's prologue (each
  * block recomputes the row's norm; blocks of the first row group store the
- * sum). Else, or where that kernel does not apply, the two launches. */
+ * sum). A prompt: the add and the norm in the quantization before the GEMM.
+ * Else, or where neither applies, the two launches. */
 static int cu_matmul_add_rmsnorm(struct cs_backend *be, int n, float *const *ys,
                                  const struct cs_weight *const *ws, float *x_out, const float *x,
                                  const float *y, const float *norm_w, float *normed, int n_tokens,
@@ -313,13 +335,12 @@ static int cu_matmul_add_rmsnorm(struct cs_backend *be, int n, float *const *ys,
         return CS_OK;
     if (n <= 0 || n > CUDA_MATMUL_MAX_WEIGHTS || !ws || !ws[0] || ws[0]->n_in != dim)
         return CS_EINVAL;
-    if (n_tokens == 1) {
-        struct cuda_mm_pro pro = {CUDA_MM_PRO_ADD_RMSNORM, y, norm_w, 0, 0, eps, x_out};
-        int rc = cuda_matmul_pro_n(n, ys, ws, x, &pro, c->stream);
-        if (rc != CS_EUNSUPPORTED)
-            return rc;
-    }
-    int rc = cuda_add_rmsnorm_to(be, x_out, x, y, normed, norm_w, n_tokens, dim, eps);
+    struct cuda_mm_pro pro = {CUDA_MM_PRO_ADD_RMSNORM, y, norm_w, 0, 0, eps, x_out};
+    int rc = n_tokens == 1 ? cuda_matmul_pro_n(n, ys, ws, x, &pro, c->stream)
+                           : cu_matmul_pro_tokens(be, n, ys, ws, x, n_tokens, &pro);
+    if (rc != CS_EUNSUPPORTED)
+        return rc;
+    rc = cuda_add_rmsnorm_to(be, x_out, x, y, normed, norm_w, n_tokens, dim, eps);
     return rc ? rc : cu_matmul(be, n, ys, ws, normed, n_tokens);
 }
 

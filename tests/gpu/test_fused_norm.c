@@ -5,8 +5,9 @@
  * the projections that follow a norm in a decode step (GDN's 4 input
  * projections, attention's q/k/v, FFN gate/up, the LM head) for the 9B
  * (E 4096), 27B (E 5120) and 0.8B (E 1024, where the GEMV has one segment
- * and the op falls back) models; also a few tokens (the fallback), a row
- * longer than 8192 (the looping norm kernel), a second call (the GEMV's
+ * and the op falls back) models; also a few tokens (the fallback), 40 and
+ * 300 tokens (the add and norm fused into the quantization before the GEMM,
+ * quantize_pro.cu; its x_out too), a row longer than 8192 (the looping norm kernel), a second call (the GEMV's
  * tickets reset), and that x and y are only read.
  * Each check prints "RESULT <name> PASS|FAIL <error figure> (bound)" like
  * test_ops.c (error: the number of differing outputs). Not a ctest test
@@ -135,6 +136,10 @@ static void check_model(const char *tag, int E, int Gk, int Hv, int Hq, int Hkv,
     check_shape(t, E, 2, ffn, 1);
     snprintf(t, sizeof t, "%s ffn_gate_up", tag);
     check_shape(t, E, 2, ffn, 3);
+    snprintf(t, sizeof t, "%s gdn_in", tag);   /* a prompt: fused into the quantization */
+    check_shape(t, E, 4, gdn, 40);
+    snprintf(t, sizeof t, "%s ffn_gate_up", tag);
+    check_shape(t, E, 2, ffn, 300);
     if (vocab > 0) {
         int64_t head[1] = {vocab};
         snprintf(t, sizeof t, "%s lm_head", tag);

@@ -99,9 +99,11 @@ static void test_ops_gated_norm(int Hq, int Hv, const char *tag)
 }
 
 /* The output projections with their gate fused into the GEMV's prologue
- * (ops.h matmul_gated_rmsnorm, matmul_sigmoid_gate) equal the separate op
- * then the matmul on the same backend, bit for bit: one decode token (the
- * fused path) and 3 tokens (the fallback). Error = differing outputs. */
+ * (ops.h matmul_gated_rmsnorm, matmul_sigmoid_gate, matmul_swiglu) equal
+ * the separate op then the matmul on the same backend, bit for bit: one
+ * decode token (the GEMV's prologue), 3 tokens (the fallback: op, then the
+ * GEMV), 40 and 300 tokens (the prologue fused into the quantization before
+ * the GEMM, quantize_pro.cu). Error = differing outputs. */
 static void test_ops_matmul_gated(int Hq, int Hv, int E, const char *tag)
 {
     char name[80];
@@ -116,7 +118,9 @@ static void test_ops_matmul_gated(int Hq, int Hv, int E, const char *tag)
     uint8_t *hg = q8_0_rows((int64_t)Hv * G, E), *ha = q8_0_rows((int64_t)Hq * D, E);
     CHECK(gpu->weight_upload(gpu, &wg, CS_DTYPE_Q8_0, (int64_t)Hv * G, E, hg) == 0);
     CHECK(gpu->weight_upload(gpu, &wa, CS_DTYPE_Q8_0, (int64_t)Hq * D, E, ha) == 0);
-    for (int T = 1; T <= 3; T += 2) {
+    static const int Ts[4] = {1, 3, 40, 300};
+    for (int ti = 0; ti < 4; ti++) {
+        int T = Ts[ti];
         size_t gn = (size_t)T * Hv * G, an = (size_t)T * Hq * D, qn = (size_t)T * Hq * 2 * D;
         float *hx = randv(gn > an ? gn : an, 2.0f);
         struct pair x1 = pair_new(hx, gn * 4), x2 = pair_new(hx, gn * 4);
@@ -137,6 +141,15 @@ static void test_ops_matmul_gated(int Hq, int Hv, int E, const char *tag)
         CHECK(gpu->matmul(gpu, 1, ys, ws, a2.g, T) == 0);
         snprintf(name, sizeof name, "matmul_sigmoid_gate %s T=%d", tag, T);
         report(name, !pair_same(&y1, &y2, (size_t)T * E * 4), 0);
+        /* swiglu over the GDN output shape: y = W (silu(x) * z) */
+        struct pair s1 = pair_new(hx, gn * 4), s2 = pair_new(hx, gn * 4);
+        ws[0] = &wg;
+        CHECK(gpu->matmul_swiglu(gpu, y1.g, &wg, s1.g, z.g, T) == 0);
+        CHECK(gpu->silu_mul(gpu, s2.g, s2.g, z.g, gn) == 0);
+        CHECK(gpu->matmul(gpu, 1, ys, ws, s2.g, T) == 0);
+        snprintf(name, sizeof name, "matmul_swiglu %s T=%d", tag, T);
+        report(name, !pair_same(&y1, &y2, (size_t)T * E * 4), 0);
+        pair_free(&s1), pair_free(&s2);
         free(hx);
         pair_free(&x1), pair_free(&x2), pair_free(&z), pair_free(&nw), pair_free(&y1);
         pair_free(&y2), pair_free(&a1), pair_free(&a2), pair_free(&q);
