@@ -216,18 +216,6 @@ struct cs_backend {
                               const struct cs_weight *const *ws, float *x_out, const float *x,
                               const float *y, const float *norm_w, float *normed, int n_tokens,
                               int dim, float eps);
-    /* Optional (NULL, or CS_EUNSUPPORTED having done nothing: the model runs
-     * matmul_add_rmsnorm, then conv1d_silu): matmul_add_rmsnorm, then
-     * conv1d_silu(conv_out, ys[0], conv_w, st, b), the GDN input projections
-     * and their causal conv. Bitwise equal to the two ops; ys[0] holds the
-     * projection afterwards as well (CUDA: one decode token, the conv in the
-     * GEMV's epilogue: one launch instead of two). */
-    int (*matmul_add_rmsnorm_conv)(struct cs_backend *be, int n, float *const *ys,
-                                   const struct cs_weight *const *ws, float *x_out, const float *x,
-                                   const float *y, const float *norm_w, float *normed,
-                                   int n_tokens, int dim, float eps, float *conv_out,
-                                   const float *conv_w, struct cs_gdn_layer *st,
-                                   const struct cs_batch *b);
 
     /* Attention layer. Per token t and head h the head vector is at
      * x + t * token_stride + h * head_stride (in floats). Applies

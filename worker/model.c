@@ -80,10 +80,8 @@ static int mixer_inputs(struct cs_model *m, struct cs_state *st, int l, float **
     return 3;
 }
 
-/* Gated DeltaNet mixer after its input projections -> st->tmp; conv_done:
- * st->conv_out already holds the conv (add_norm_matmul_conv). */
-static int mixer_gdn(struct cs_model *m, struct cs_state *st, int l, const struct cs_batch *b,
-                     bool conv_done)
+/* Gated DeltaNet mixer after its input projections -> st->tmp. */
+static int mixer_gdn(struct cs_model *m, struct cs_state *st, int l, const struct cs_batch *b)
 {
     struct cs_backend *be = m->be;
     const struct cs_hparams *hp = &m->hp;
@@ -91,10 +89,8 @@ static int mixer_gdn(struct cs_model *m, struct cs_state *st, int l, const struc
     int T = b->n_tokens, rc;
     const struct cs_weight *wo[1] = {&w->ssm_out};
     float *out[1] = {st->tmp};
-    if (!conv_done &&
-        (rc = be->conv1d_silu(be, st->conv_out, st->qkv, w->conv1d, &st->gdn[l], b)))
-        return rc;
-    if ((rc = be->gdn(be, st->gdn_out, st->conv_out, st->beta, st->alpha, w->ssm_a, w->dt_bias,
+    if ((rc = be->conv1d_silu(be, st->conv_out, st->qkv, w->conv1d, &st->gdn[l], b)) ||
+        (rc = be->gdn(be, st->gdn_out, st->conv_out, st->beta, st->alpha, w->ssm_a, w->dt_bias,
                       hp->eps, &st->gdn[l], b)))
         return rc;
     if (be->matmul_gated_rmsnorm)   /* the norm in the projection's prologue (bitwise the same) */
@@ -163,32 +159,6 @@ static int add_norm_matmul(struct cs_model *m, struct cs_state *st, int n, float
     return be->matmul(be, n, ys, ws, normed, T);
 }
 
-/* add_norm_matmul of a GDN layer's input projections with their conv in the
- * same op where the backend has it (a decode token on CUDA); *conv_done
- * says whether it ran. */
-static int add_norm_matmul_conv(struct cs_model *m, struct cs_state *st, int l, int n,
-                                float *const *ys, const struct cs_weight *const *ws,
-                                const struct cs_batch *b, bool *conv_done)
-{
-    struct cs_backend *be = m->be;
-    const struct cs_hparams *hp = &m->hp;
-    struct cs_layer_weights *w = &m->layers[l];
-    *conv_done = false;
-    if (be->matmul_add_rmsnorm_conv) {
-        int rc = be->matmul_add_rmsnorm_conv(be, n, ys, ws, st->hidden_alt, st->hidden, st->tmp,
-                                             w->attn_norm, st->normed, b->n_tokens, hp->n_embd,
-                                             hp->eps, st->conv_out, w->conv1d, &st->gdn[l], b);
-        if (rc != CS_EUNSUPPORTED) {   /* ran (or failed): the sum is in hidden_alt */
-            float *t = st->hidden;
-            st->hidden = st->hidden_alt;
-            st->hidden_alt = t;
-            *conv_done = rc == CS_OK;
-            return rc;
-        }
-    }
-    return add_norm_matmul(m, st, n, ys, ws, w->attn_norm, st->normed, b->n_tokens);
-}
-
 /* One block on st->hidden: h = x + Mixer(norm(x)); out = h + FFN(norm(h)).
  * pending: the previous layer's last add is still to do (st->hidden +
  * st->tmp): it runs here, fused with this layer's attn_norm and input
@@ -204,15 +174,11 @@ static int layer_forward(struct cs_model *m, struct cs_state *st, int l, const s
     float *ys[4];
     const struct cs_weight *ws[4];
     int n_in = mixer_inputs(m, st, l, ys, ws);
-    bool conv_done = false;
-    if (pending && hp->recurrent[l])
-        rc = add_norm_matmul_conv(m, st, l, n_in, ys, ws, b, &conv_done);
-    else if (pending)
+    if (pending)
         rc = add_norm_matmul(m, st, n_in, ys, ws, w->attn_norm, st->normed, T);
     else if (!(rc = be->rmsnorm(be, st->normed, st->hidden, w->attn_norm, T, E, hp->eps)))
         rc = be->matmul(be, n_in, ys, ws, st->normed, T);
-    if (rc || (rc = hp->recurrent[l] ? mixer_gdn(m, st, l, b, conv_done)
-                                     : mixer_attention(m, st, l, b)))
+    if (rc || (rc = hp->recurrent[l] ? mixer_gdn(m, st, l, b) : mixer_attention(m, st, l, b)))
         return rc;
     float *yf[2] = {st->ffn_gate, st->ffn_up};
     const struct cs_weight *wf[2] = {&w->ffn_gate, &w->ffn_up};

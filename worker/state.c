@@ -50,7 +50,7 @@ static int state_scratch_list(struct cs_state *st, struct scratch_item *it)
     int n = 0;
 #define ITEM(field, count) it[n++] = (struct scratch_item){&st->field, (count)}
     ITEM(hidden_buf[0], T * E);
-    if (st->m->be->matmul_add_rmsnorm || st->m->be->matmul_add_rmsnorm_conv)   /* out of place (model.c) */
+    if (st->m->be->matmul_add_rmsnorm)   /* the fused add writes out of place (model.c) */
         ITEM(hidden_buf[1], T * E);
     ITEM(normed, T * E);
     ITEM(tmp, T * E);

@@ -173,27 +173,6 @@ static __device__ __forceinline__ void seg_addnorm_prologue(const struct cuda_mm
     }
 }
 
-/* matmul.h struct cuda_mm_epi's CONV for channel c whose projection is v:
- * k_conv1d_step's expression (conv.cu), by the one thread that completes
- * the row, so it alone reads and writes the channel's state. */
-static __device__ __forceinline__ void seg_conv_epilogue(const struct cuda_mm_epi &epi, int c,
-                                                         float v)
-{
-    int sl = epi.slot[0];
-    if (sl < 0 || sl >= epi.n_slots)
-        return;
-    float *st = epi.conv_state + (size_t)sl * 3 * epi.conv_dim + c;
-    float col[4] = {st[0], st[(size_t)epi.conv_dim], st[2 * (size_t)epi.conv_dim], v};
-    float acc = 0.0f;
-#pragma unroll
-    for (int j = 0; j < 4; j++)
-        acc += epi.conv_w[c * 4 + j] * col[j];
-    epi.y_conv[c] = silu_f(acc);
-#pragma unroll
-    for (int j = 0; j < 3; j++)
-        st[(size_t)j * epi.conv_dim] = col[j + 1];
-}
-
 /* XS: one token, x quantized in shared memory through a prologue; AN: the
  * add_rmsnorm prologue (its own instance: it needs more registers and a
  * barrier, which the other one-token GEMVs should not pay for). */
@@ -201,7 +180,7 @@ template <int NT, bool XS, bool AN>
 static __global__ void __launch_bounds__(SEG_THREADS, SEG_BLOCKS_PER_SM)
     gemv_seg_kernel(struct mm_parts ps, int units, int n_seg, const float *x,
                     struct cuda_mm_pro pro, const int8_t *xq, const float *xd, int n_in, int nb,
-                    float *part, int *tickets, struct cuda_mm_epi epi)
+                    float *part, int *tickets)
 {
     __shared__ float terms[2][SEG][NT][32];
     __shared__ __align__(16) int8_t xs[XS ? NT * SEG * 32 : 16];
@@ -325,8 +304,6 @@ static __global__ void __launch_bounds__(SEG_THREADS, SEG_BLOCKS_PER_SM)
                     tot = __fadd_rn(tot, __ldcg(pp + (size_t)sg * NT * 32));
                 if (row < n_out)
                     ps.p[pi].y[(size_t)t * n_out + row] = tot;
-                if (NT == 1 && epi.y_conv && pi == 0 && row < epi.conv_dim)
-                    seg_conv_epilogue(epi, row, tot);
             }
             if (lane == 0)
                 tickets[u] = 0;   /* ready for the next launch */
@@ -420,10 +397,10 @@ template <int NT, bool XS, bool AN = false>
 static cudaError_t seg_launch_nt(const struct mm_parts &ps, int units, int n_seg, int grid,
                                  const float *x, const struct cuda_mm_pro &pro, const int8_t *xq,
                                  const float *xd, int n_in, int nb, float *part, int *tickets,
-                                 cudaStream_t s, const struct cuda_mm_epi &epi = {})
+                                 cudaStream_t s)
 {
     return cuda_launch(gemv_seg_kernel<NT, XS, AN>, grid, SEG_THREADS, 0, s, ps, units, n_seg, x,
-                       pro, xq, xd, n_in, nb, part, tickets, epi);
+                       pro, xq, xd, n_in, nb, part, tickets);
 }
 
 /* Streaming multiprocessors of the current device (cached per device). */
@@ -445,20 +422,12 @@ static int seg_sm_count(void)
 
 cudaError_t gemv_seg_launch(int nt, const struct mm_parts &ps, int units, const float *x,
                             const int8_t *xq, const float *xd, int n_in, int nb, bool xs,
-                            cudaStream_t s, const struct cuda_mm_pro *pro_in,
-                            const struct cuda_mm_epi *epi_in)
+                            cudaStream_t s, const struct cuda_mm_pro *pro_in)
 {
     int n_seg = (nb + SEG - 1) / SEG;
     struct cuda_mm_pro pro = {};
-    struct cuda_mm_epi epi = {};
     if (pro_in)
         pro = *pro_in;
-    if (epi_in) {   /* the ticket epilogue of one token's part 0 */
-        epi = *epi_in;
-        if (nt != 1 || n_seg < 2 || !epi.y_conv || !epi.conv_w || !epi.conv_state || !epi.slot ||
-            epi.conv_dim != ps.p[0].n_out)
-            return cudaErrorInvalidValue;
-    }
     if (units > SEG_MAX_UNITS || nt < 1 || nt > MM_GEMV_MAX_TOKENS || (xs && nt != 1) ||
         (pro.kind != CUDA_MM_PRO_NONE && !xs) ||
         (pro.kind == CUDA_MM_PRO_ADD_RMSNORM &&
@@ -487,12 +456,10 @@ cudaError_t gemv_seg_launch(int nt, const struct mm_parts &ps, int units, const 
         return e;
     if (xs && pro.kind == CUDA_MM_PRO_ADD_RMSNORM)
         return seg_launch_nt<1, true, true>(ps, units, n_seg, grid, x, pro, xq, xd, n_in, nb, part,
-                                            tickets, s, epi);
+                                            tickets, s);
     if (xs)
         return seg_launch_nt<1, true>(ps, units, n_seg, grid, x, pro, xq, xd, n_in, nb, part,
-                                      tickets, s, epi);
-    if (epi_in)
-        return cudaErrorInvalidValue;   /* the epilogue rides the one-token prologue kernels */
+                                      tickets, s);
     switch (nt) {
     case 1: return seg_launch_nt<1, false>(ps, units, n_seg, grid, x, pro, xq, xd, n_in, nb, part, tickets, s);
     case 2: return seg_launch_nt<2, false>(ps, units, n_seg, grid, x, pro, xq, xd, n_in, nb, part, tickets, s);

@@ -439,9 +439,9 @@ static bool ranges_overlap(const float *a, size_t an, const float *b, size_t bn)
     return a < b + bn && b < a + an;
 }
 
-extern "C" int cuda_matmul_pro_epi_n(int n, float *const *ys, const struct cs_weight *const *ws,
-                                     const float *x, const struct cuda_mm_pro *pro,
-                                     const struct cuda_mm_epi *epi, struct CUstream_st *stream)
+extern "C" int cuda_matmul_pro_n(int n, float *const *ys, const struct cs_weight *const *ws,
+                                 const float *x, const struct cuda_mm_pro *pro,
+                                 struct CUstream_st *stream)
 {
     bool any_q8;
     if (!pro || matmul_check(n, ys, ws, x, 1, &any_q8) != CS_OK ||
@@ -483,9 +483,7 @@ extern "C" int cuda_matmul_pro_epi_n(int n, float *const *ys, const struct cs_we
         ps.p[i].unit_begin = units;
         units += (int)((ws[i]->n_out + 31) / 32);
     }
-    if (epi && epi->conv_dim != ps.p[0].n_out)   /* (nb > one segment: checked above) */
-        return CS_EINVAL;
-    cudaError_t e = gemv_seg_launch(1, ps, units, x, NULL, NULL, n_in, nb, true, stream, pro, epi);
+    cudaError_t e = gemv_seg_launch(1, ps, units, x, NULL, NULL, n_in, nb, true, stream, pro);
     if (e == cudaErrorNotReady)
         return CS_EUNSUPPORTED;   /* no workspace now (capturing): the caller's two launches */
     if (e != cudaSuccess) {
@@ -522,13 +520,6 @@ extern "C" int cuda_matmul_pro_tokens(int n, float *const *ys, const struct cs_w
         return rc;   /* CS_EUNSUPPORTED: nothing launched */
     return matmul_q8(n, ys, ws, x, n_tokens, scratch, scratch_bytes, (cudaStream_t)stream,
                      CUDA_MM_GEMM, true);
-}
-
-extern "C" int cuda_matmul_pro_n(int n, float *const *ys, const struct cs_weight *const *ws,
-                                 const float *x, const struct cuda_mm_pro *pro,
-                                 struct CUstream_st *stream)
-{
-    return cuda_matmul_pro_epi_n(n, ys, ws, x, pro, NULL, stream);
 }
 
 extern "C" int cuda_matmul_pro_1(float *y, const struct cs_weight *w, const float *x,

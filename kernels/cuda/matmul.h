@@ -129,21 +129,6 @@ struct cuda_mm_pro {
     int aux_token_stride; /* SIGMOID_GATE over several tokens (cuda_matmul_pro_tokens) */
 };
 
-/* What the segmented GEMV does after forming the outputs of its first
- * weight, one decode token: CONV runs conv1d_silu (kernels/ops.h, kernel 4)
- * on rows < conv_dim: y_conv[c] = silu(sum_j w[c][j] col_j) over the slot's
- * 3 stored columns then the output, and shifts the output into the state:
- * k_conv1d_step's expression, in the block that completes the row (one
- * reader and writer per channel). The GDN input projection's qkv then
- * needs no conv launch. */
-struct cuda_mm_epi {
-    const float *conv_w;     /* [conv_dim][4] */
-    float *conv_state;       /* [n_slots][3][conv_dim] */
-    const int32_t *slot;     /* device: slot[0] is the token's */
-    float *y_conv;           /* [conv_dim] */
-    int n_slots, conv_dim;
-};
-
 /* y = w pro(x) for one token, fused into the segmented GEMV. Returns
  * CS_EUNSUPPORTED, having launched nothing, when that kernel does not apply
  * (not Q8_0, K of one segment, too many rows, a head size the prologue does
@@ -158,13 +143,6 @@ int cuda_matmul_pro_1(float *y, const struct cs_weight *w, const float *x,
  * any weight not Q8_0. */
 int cuda_matmul_pro_n(int n, float *const *ys, const struct cs_weight *const *ws, const float *x,
                       const struct cuda_mm_pro *pro, struct CUstream_st *stream);
-
-/* cuda_matmul_pro_n with the epilogue epi on ws[0]'s rows (epi->conv_dim
- * = ws[0]->n_out). The same CS_EUNSUPPORTED cases, and a GEMV of one
- * segment (no ticket epilogue). */
-int cuda_matmul_pro_epi_n(int n, float *const *ys, const struct cs_weight *const *ws,
-                          const float *x, const struct cuda_mm_pro *pro,
-                          const struct cuda_mm_epi *epi, struct CUstream_st *stream);
 
 /* ys[i] = ws[i] pro(x) for n_tokens tokens that take the GEMM (a prompt):
  * pro(x) computed and quantized to Q8_1 into scratch (>=

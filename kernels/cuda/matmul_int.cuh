@@ -60,13 +60,11 @@ static __device__ __forceinline__ float biased_dot_to_float(int biased)
  * tokens over units row groups of 32, n_seg = ceil(nb / MM_SEG_BLOCKS)
  * segments each. xs: quantize x in shared memory (x fp32) instead of
  * reading xq/xd; with pro too (one token), the vector is pro(x) (matmul.h
- * struct cuda_mm_pro); epi (one token, several segments): matmul.h struct
- * cuda_mm_epi on part 0. Returns cudaErrorNotReady when the stream's workspace
+ * struct cuda_mm_pro). Returns cudaErrorNotReady when the stream's workspace
  * cannot be prepared now (the caller then uses another kernel). */
 cudaError_t gemv_seg_launch(int nt, const struct mm_parts &ps, int units, const float *x,
                             const int8_t *xq, const float *xd, int n_in, int nb, bool xs,
-                            cudaStream_t s, const struct cuda_mm_pro *pro = NULL,
-                            const struct cuda_mm_epi *epi = NULL);
+                            cudaStream_t s, const struct cuda_mm_pro *pro = NULL);
 
 /* Row groups one segmented launch may take (its workspace's tickets). */
 int gemv_seg_max_units(void);

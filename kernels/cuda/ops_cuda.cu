@@ -344,31 +344,6 @@ static int cu_matmul_add_rmsnorm(struct cs_backend *be, int n, float *const *ys,
     return rc ? rc : cu_matmul(be, n, ys, ws, normed, n_tokens);
 }
 
-/* One decode token of one sequence: the conv of the GDN's qkv in the
- * epilogue of the GEMV that forms it (matmul.h struct cuda_mm_epi). Else
- * CS_EUNSUPPORTED, nothing launched. */
-static int cu_matmul_add_rmsnorm_conv(struct cs_backend *be, int n, float *const *ys,
-                                      const struct cs_weight *const *ws, float *x_out,
-                                      const float *x, const float *y, const float *norm_w,
-                                      float *normed, int n_tokens, int dim, float eps,
-                                      float *conv_out, const float *conv_w,
-                                      struct cs_gdn_layer *st, const struct cs_batch *b)
-{
-    struct cuda_ctx *c = cuda_ctx_of(be);
-    (void)normed;
-    if (n_tokens != 1 || !b || b->n_tokens != 1 || b->n_seqs != 1 || c->batch.n_dec != 1 ||
-        !st || st->conv_kernel != 4 || n <= 0 || n > CUDA_MATMUL_MAX_WEIGHTS || !ws || !ws[0] ||
-        ws[0]->n_in != dim || ws[0]->n_out != st->conv_dim)
-        return CS_EUNSUPPORTED;
-    int rc = cuda_batch_check(c, b, "matmul_add_rmsnorm_conv");
-    if (rc != CS_OK)
-        return rc;
-    struct cuda_mm_pro pro = {CUDA_MM_PRO_ADD_RMSNORM, y, norm_w, 0, 0, eps, x_out};
-    struct cuda_mm_epi epi = {conv_w, st->conv, c->batch.slot, conv_out, st->n_slots,
-                              st->conv_dim};
-    return cuda_matmul_pro_epi_n(n, ys, ws, x, &pro, &epi, c->stream);
-}
-
 /* ---- step_begin: the batch and the attention work lists, one upload ---- */
 
 struct stage_layout {
@@ -754,7 +729,6 @@ static void table_fill(struct cs_backend *be)
     be->matmul_gated_rmsnorm = cu_matmul_gated_rmsnorm;
     be->matmul_sigmoid_gate = cu_matmul_sigmoid_gate;
     be->matmul_add_rmsnorm = cu_matmul_add_rmsnorm;
-    be->matmul_add_rmsnorm_conv = cu_matmul_add_rmsnorm_conv;
     be->head_norm_rope = cuda_op_head_norm_rope;
     be->kv_store = cuda_op_kv_store;
     be->qk_norm_rope_store = cuda_op_qk_norm_rope_store;

@@ -8,8 +8,7 @@
  * and the op falls back) models; also a few tokens (the fallback), 40 and
  * 300 tokens (the add and norm fused into the quantization before the GEMM,
  * quantize_pro.cu; its x_out too), a row longer than 8192 (the looping norm kernel), a second call (the GEMV's
- * tickets reset), and that x and y are only read. Also matmul_add_rmsnorm_conv
- * (check_conv).
+ * tickets reset), and that x and y are only read.
  * Each check prints "RESULT <name> PASS|FAIL <error figure> (bound)" like
  * test_ops.c (error: the number of differing outputs). Not a ctest test
  * (needs a GPU); exits 77 when no CUDA device is present. */
@@ -119,91 +118,6 @@ static void check_shape(const char *tag, int E, int n, const int64_t *outs, int 
     free(hx);
 }
 
-/* matmul_add_rmsnorm_conv (the GDN input projections with their causal
- * conv in the GEMV's epilogue) against matmul_add_rmsnorm then
- * conv1d_silu, both on the GPU from the same conv state: projections, sum,
- * conv output and the new state bitwise equal, for two steps in a row (the
- * second reads the state the first wrote). Batches it does not take (two
- * sequences, a prompt) are refused with CS_EUNSUPPORTED. */
-static void check_conv(const char *tag, int E, int Gk, int Hv)
-{
-    char name[96];
-    int conv_dim = 2 * Gk * 128 + Hv * 128, n_slots = 4;
-    int64_t outs[4] = {conv_dim, 128 * Hv, Hv, Hv};
-    struct cs_weight ws_[4];
-    const struct cs_weight *ws[4];
-    float *y1[4], *y2[4];
-    for (int i = 0; i < 4; i++) {
-        uint8_t *h = q8_0_rows(E, outs[i]);
-        memset(&ws_[i], 0, sizeof ws_[i]);
-        CHECK(gpu->weight_upload(gpu, &ws_[i], CS_DTYPE_Q8_0, E, outs[i], h) == 0);
-        free(h);
-        ws[i] = &ws_[i];
-        y1[i] = dev_new(NULL, (size_t)outs[i] * 4);
-        y2[i] = dev_new(NULL, (size_t)outs[i] * 4);
-    }
-    size_t conv_n = (size_t)n_slots * 3 * conv_dim;
-    float *hs = randv(conv_n, 1.0f);
-    struct cs_gdn_layer s1 = {.n_slots = n_slots, .conv_dim = conv_dim, .conv_kernel = 4,
-                              .n_k_heads = Gk, .n_v_heads = Hv, .key_dim = 128, .value_dim = 128};
-    struct cs_gdn_layer s2 = s1;
-    s1.conv = dev_new(hs, conv_n * 4);
-    s2.conv = dev_new(hs, conv_n * 4);
-    float *cw = dev_randv((size_t)conv_dim * 4, 0.5f), *w = dev_randv(E, 1.5f);
-    float *c1 = dev_new(NULL, (size_t)conv_dim * 4), *c2 = dev_new(NULL, (size_t)conv_dim * 4);
-    double d = 0;
-    for (int step = 0; step < 2; step++) {
-        int len = 1, start = 7 + step, slot = 2;
-        struct tb t;
-        tb_init(&t, 1, &len, &start, &slot, 1);
-        both_step(&t.b);
-        float *x = dev_randv(E, 4.0f), *y = dev_randv(E, 2.0f);
-        float *xo1 = dev_new(NULL, E * 4), *xo2 = dev_new(NULL, E * 4);
-        float *normed = dev_new(NULL, E * 4);
-        int rc = gpu->matmul_add_rmsnorm_conv(gpu, 4, y1, ws, xo1, x, y, w, normed, 1, E, 1e-6f,
-                                              c1, cw, &s1, &t.b);
-        CHECK(rc == 0);
-        CHECK(gpu->matmul_add_rmsnorm(gpu, 4, y2, ws, xo2, x, y, w, normed, 1, E, 1e-6f) == 0);
-        CHECK(gpu->conv1d_silu(gpu, c2, y2[0], cw, &s2, &t.b) == 0);
-        CHECK(gpu->sync(gpu) == 0);
-        for (int i = 0; i < 4; i++)
-            d += dev_differ(y1[i], y2[i], (size_t)outs[i]);
-        d += dev_differ(xo1, xo2, E) + dev_differ(c1, c2, conv_dim);
-        d += dev_differ(s1.conv, s2.conv, conv_n);
-        float *bufs[] = {x, y, xo1, xo2, normed};
-        for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
-            gpu->free(gpu, bufs[i]);
-    }
-    snprintf(name, sizeof name, "fused conv %s (ys, sum, conv out, state)", tag);
-    report(name, d, 0);
-    {   /* refused: two decode sequences; a 40-token prompt */
-        int len2[2] = {1, 1}, start2[2] = {5, 9}, slot2[2] = {0, 1}, len40 = 40, st40 = 0, sl40 = 1;
-        struct tb t;
-        tb_init(&t, 2, len2, start2, slot2, 1);
-        both_step(&t.b);
-        float *x = dev_randv((size_t)40 * E, 1.0f), *y = dev_randv((size_t)40 * E, 1.0f);
-        float *xo = dev_new(NULL, (size_t)40 * E * 4), *nm = dev_new(NULL, (size_t)40 * E * 4);
-        int r2 = gpu->matmul_add_rmsnorm_conv(gpu, 4, y1, ws, xo, x, y, w, nm, 2, E, 1e-6f, c1,
-                                              cw, &s1, &t.b);
-        tb_init(&t, 1, &len40, &st40, &sl40, 1);
-        both_step(&t.b);
-        int r40 = gpu->matmul_add_rmsnorm_conv(gpu, 4, y1, ws, xo, x, y, w, nm, 40, E, 1e-6f, c1,
-                                               cw, &s1, &t.b);
-        snprintf(name, sizeof name, "fused conv %s refuses 2 sequences, 40 tokens", tag);
-        report(name, (r2 != CS_EUNSUPPORTED) + (r40 != CS_EUNSUPPORTED), 0);
-        gpu->free(gpu, x), gpu->free(gpu, y), gpu->free(gpu, xo), gpu->free(gpu, nm);
-    }
-    for (int i = 0; i < 4; i++) {
-        gpu->free(gpu, y1[i]);
-        gpu->free(gpu, y2[i]);
-        gpu->weight_free(gpu, &ws_[i]);
-    }
-    float *bufs[] = {s1.conv, s2.conv, cw, w, c1, c2};
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
-        gpu->free(gpu, bufs[i]);
-    free(hs);
-}
-
 /* The model's shapes (tools/mkmodel.c presets): GDN qkv = 2 * 128 * Gk +
  * 128 * Hv, z = 128 * Hv, beta = alpha = Hv; attention q = 2 * 256 * Hq,
  * k = v = 256 * Hkv; FFN gate = up = n_ff. */
@@ -248,12 +162,6 @@ int main(void)
     check_model("0.8B", 1024, 16, 16, 8, 2, 3584, 0);
     int64_t small[2] = {256, 64};
     check_shape("long row 9216", 9216, 2, small, 1);
-    if (gpu->matmul_add_rmsnorm_conv) {
-        check_conv("9B", 4096, 16, 32);
-        check_conv("27B", 5120, 16, 48);
-    } else {
-        report("fused conv: op present", 1, 0);
-    }
     check_shape("2B-like 2048", 2048, 2, small, 1);
     gpu_pair_close();
     return test_report();
