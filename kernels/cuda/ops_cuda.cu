@@ -245,16 +245,17 @@ static int cu_matmul_1(struct cs_backend *be, float *y, const struct cs_weight *
     return cu_matmul(be, 1, ys, ws, x, n_tokens);
 }
 
-/* A prompt's projections with their prologue fused into the quantization
- * (cuda_matmul_pro_tokens); CS_EUNSUPPORTED (nothing launched) where it does
- * not apply, and the caller runs the op and the matmul. */
-static int cu_matmul_pro_tokens(struct cs_backend *be, int n, float *const *ys,
-                                const struct cs_weight *const *ws, const float *x, int n_tokens,
-                                const struct cuda_mm_pro *pro)
+/* ys = ws pro(x), fused: one decode token through the segmented GEMV's
+ * prologue, a prompt through the quantization before the GEMM (matmul.h).
+ * CS_EUNSUPPORTED, nothing launched, where neither applies: the caller then
+ * runs the op and the matmul. */
+static int cu_matmul_pro(struct cs_backend *be, int n, float *const *ys,
+                         const struct cs_weight *const *ws, const float *x, int n_tokens,
+                         const struct cuda_mm_pro *pro)
 {
     struct cuda_ctx *c = cuda_ctx_of(be);
-    if (n_tokens <= 1)
-        return CS_EUNSUPPORTED;
+    if (n_tokens == 1)
+        return cuda_matmul_pro_n(n, ys, ws, x, pro, c->stream);
     size_t need = cuda_matmul_scratch_bytes(ws[0]->n_in, n_tokens);
     int rc = cuda_buffer_reserve(&c->mm_scratch, &c->mm_scratch_cap, need);
     if (rc != CS_OK)
@@ -269,17 +270,11 @@ static int cu_matmul_swiglu(struct cs_backend *be, float *y, const struct cs_wei
     struct cuda_ctx *c = cuda_ctx_of(be);
     if (n_tokens <= 0)
         return CS_OK;
-    if (n_tokens == 1) {
-        int rc = cuda_matmul_swiglu_1(y, w, g, u, c->stream);
-        if (rc != CS_EUNSUPPORTED)
-            return rc;
-    } else {
-        struct cuda_mm_pro pro = {CUDA_MM_PRO_SWIGLU, u, NULL, 0, 0, 0.0f};
-        int rc = cu_matmul_pro_tokens(be, 1, &y, &w, g, n_tokens, &pro);
-        if (rc != CS_EUNSUPPORTED)
-            return rc;
-    }
-    int rc = cuda_silu_mul(g, g, u, (size_t)n_tokens * (size_t)w->n_in, c->stream);
+    struct cuda_mm_pro pro = {CUDA_MM_PRO_SWIGLU, u, NULL, 0, 0, 0.0f};
+    int rc = cu_matmul_pro(be, 1, &y, &w, g, n_tokens, &pro);
+    if (rc != CS_EUNSUPPORTED)
+        return rc;
+    rc = cuda_silu_mul(g, g, u, (size_t)n_tokens * (size_t)w->n_in, c->stream);
     return rc != CS_OK ? rc : cu_matmul_1(be, y, w, g, n_tokens);
 }
 
@@ -287,14 +282,12 @@ static int cu_matmul_gated_rmsnorm(struct cs_backend *be, float *y, const struct
                                    float *x, const float *z, const float *norm_w, int n_heads,
                                    int head_dim, float eps, int n_tokens)
 {
-    struct cuda_ctx *c = cuda_ctx_of(be);
     if (n_tokens <= 0)
         return CS_OK;
     if (w->n_in != (int64_t)n_heads * head_dim)
         return CS_EINVAL;
     struct cuda_mm_pro pro = {CUDA_MM_PRO_GATED_RMSNORM, z, norm_w, head_dim, 0, eps};
-    int rc = n_tokens == 1 ? cuda_matmul_pro_1(y, w, x, &pro, c->stream)
-                           : cu_matmul_pro_tokens(be, 1, &y, &w, x, n_tokens, &pro);
+    int rc = cu_matmul_pro(be, 1, &y, &w, x, n_tokens, &pro);
     if (rc != CS_EUNSUPPORTED)
         return rc;
     rc = cuda_op_gated_rmsnorm(be, x, z, norm_w, n_heads, head_dim, eps, n_tokens);
@@ -305,19 +298,17 @@ static int cu_matmul_sigmoid_gate(struct cs_backend *be, float *y, const struct 
                                   float *x, const float *gate, int gate_token_stride,
                                   int gate_head_stride, int n_heads, int head_dim, int n_tokens)
 {
-    struct cuda_ctx *c = cuda_ctx_of(be);
     if (n_tokens <= 0)
         return CS_OK;
     if (w->n_in != (int64_t)n_heads * head_dim)
         return CS_EINVAL;
     struct cuda_mm_pro pro = {CUDA_MM_PRO_SIGMOID_GATE, gate, NULL, head_dim, gate_head_stride,
                               0.0f, NULL, gate_token_stride};
-    int rc = n_tokens == 1 ? cuda_matmul_pro_1(y, w, x, &pro, c->stream)
-                           : cu_matmul_pro_tokens(be, 1, &y, &w, x, n_tokens, &pro);
+    int rc = cu_matmul_pro(be, 1, &y, &w, x, n_tokens, &pro);
     if (rc != CS_EUNSUPPORTED)
         return rc;
-    rc = cuda_op_sigmoid_gate(be, x, gate, gate_token_stride, gate_head_stride, n_heads,
-                                  head_dim, n_tokens);
+    rc = cuda_op_sigmoid_gate(be, x, gate, gate_token_stride, gate_head_stride, n_heads, head_dim,
+                              n_tokens);
     return rc != CS_OK ? rc : cu_matmul_1(be, y, w, x, n_tokens);
 }
 
@@ -330,14 +321,12 @@ static int cu_matmul_add_rmsnorm(struct cs_backend *be, int n, float *const *ys,
                                  const float *y, const float *norm_w, float *normed, int n_tokens,
                                  int dim, float eps)
 {
-    struct cuda_ctx *c = cuda_ctx_of(be);
     if (n_tokens <= 0)
         return CS_OK;
     if (n <= 0 || n > CUDA_MATMUL_MAX_WEIGHTS || !ws || !ws[0] || ws[0]->n_in != dim)
         return CS_EINVAL;
     struct cuda_mm_pro pro = {CUDA_MM_PRO_ADD_RMSNORM, y, norm_w, 0, 0, eps, x_out};
-    int rc = n_tokens == 1 ? cuda_matmul_pro_n(n, ys, ws, x, &pro, c->stream)
-                           : cu_matmul_pro_tokens(be, n, ys, ws, x, n_tokens, &pro);
+    int rc = cu_matmul_pro(be, n, ys, ws, x, n_tokens, &pro);
     if (rc != CS_EUNSUPPORTED)
         return rc;
     rc = cuda_add_rmsnorm_to(be, x_out, x, y, normed, norm_w, n_tokens, dim, eps);
