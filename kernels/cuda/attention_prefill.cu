@@ -8,33 +8,36 @@
  * once per 2 tokens and ran at ~10 TFLOP/s on an H200. Here a block works
  * like an SGEMM block: all ROWS = 4 * NTY query rows of a tile (row = token
  * x head of the kv head's GQA group) share every K/V tile staged in shared
- * memory, and each thread owns a 4-row micro-tile of S = Q K^T and of the
- * output O, so each shared-memory load feeds 4 to 16 FFMAs.
+ * memory, and each warp owns 8 rows of S = Q K^T and of the output O
+ * (APF_RPT), so each shared-memory load feeds 16 to 64 FFMAs.
  *
- * Block = (query sub-tile, kv head, KV split); NTY * 16 threads, thread
- * (ty, tx) = (tid / 16, tid % 16) owns rows r_i = ty + NTY * i (i < 4).
+ * Block = (query sub-tile, kv head, KV split); NTY * 16 threads (NW = NTY / 2
+ * warps), warp w owns rows r_i = w + NW * i (i < 8), its lanes split the
+ * tile's positions (S) and the head's dims (O).
  * - Host tiles are CS_ATTN_PTILE = 16 tokens of one sequence (ops_cuda.cu).
  *   A block takes TS tokens of one: TS * G <= ROWS rows (NTY 8 for G 1-2,
  *   12 for G 3, 5, 6, 16 for G 4, 7, 8: 16 tokens x 4 heads = 64 rows at
  *   the 9B shape, 2 blocks of 8 tokens x 6 heads = 48 rows at 27B).
- * - Shared memory (floats): Q [ROWS][256], scaled, float4 group g of row r
- *   stored at g ^ (r & 1) (the two rows a warp reads at once fall in
- *   different banks; the swizzle is folded into two base pointers, so the
- *   loads keep immediate offsets); a 16 KB staging buffer; P [ROWS][64]
- *   (same swizzle). 96 KB at NTY 16: within sm_70's opt-in limit.
+ * - Shared memory (floats): Q [ROWS][256], scaled; a 16 KB staging buffer;
+ *   P [ROWS][64]. 96 KB at NTY 16: within sm_70's opt-in limit. A warp reads
+ *   Q and P rows as broadcasts (one address for all lanes).
  * - A KV tile is 64 positions, staged in 8 chunks of 4096 floats (F16 is
  *   converted once, on the store): 4 chunks of K transposed, [64 dims][64
- *   positions] (the thread reads float4 K^T[d][4tx..4tx+3], conflict-free,
- *   no padding), then 4 chunks of V, [16 positions][256 dims]. Chunk c + 1
+ *   positions] (lane l reads float2 K^T[d][2l..2l+1], conflict-free, no
+ *   padding), then 4 chunks of V, [16 positions][256 dims]. Chunk c + 1
  *   is fetched into registers while chunk c is used (one global round trip
  *   hidden behind ~1,000 FFMAs per thread).
- * - S: s[i][jj] = sum over d ascending of q[r_i][d] k[4tx + jj][d] (fmaf),
- *   whole dot product in one thread, no cross-thread reduction. Online
- *   softmax per row over each KV tile: the tile's max and sum of a row are
- *   reduced over the 16 tx lanes of its half-warp by a fixed butterfly; m, l
- *   and alpha = exp(m_old - m_new) as in flash attention; P to shared memory.
- * - O += P V: thread owns 4 rows x 16 dims (dims 64k + 4tx + 0..3), 64
- *   accumulators; per 4 positions 4 loads of P, 16 of V, 256 FFMAs.
+ * - S: s[i][jj] = sum over d ascending of q[r_i][d] k[2 lane + jj][d]
+ *   (fmaf), whole dot product in one thread, no cross-thread reduction.
+ *   Online softmax per row over each KV tile: the tile's max and sum of a
+ *   row are reduced over the warp by a fixed butterfly (tile_sum); m, l and
+ *   alpha = exp(m_old - m_new) as in flash attention; P to shared memory.
+ * - O += P V: lane owns 8 rows x 8 dims (dims 128k + 4 lane + 0..3), 64
+ *   accumulators; per 4 positions 8 loads of P, 8 of V, 256 FFMAs.
+ *   (Until 2026-12-03 a thread owned 4 rows x 4 positions and 4 rows x 16
+ *   dims and both half-warps read every K and V vector: 0.33 shared
+ *   wavefronts per FFMA against ~0.2 now. The bits are the same: every
+ *   element's expression and order are unchanged.)
  * - Long contexts: KV splits of APF_SPLIT positions at fixed multiples
  *   (positions only), so a 512-token chunk late in a 32K prompt still fills
  *   the GPU. A row whose position is below APF_SPLIT has one split and its
@@ -221,86 +224,88 @@ static __device__ __forceinline__ void apf_put(float *buf, const apf_stage<T, NT
 
 /* ---- the micro-kernels ---- */
 
-/* s[i][jj] += q[r_i][d] * K^T[d][4tx + jj] over the 64 dims of K chunk ci.
- * qe / qo: row ty of Q for even / odd float4 groups (the r & 1 swizzle). */
-template <int NTY>
-static __device__ __forceinline__ void apf_scores(float (&s)[4][4], const float *qe,
-                                                  const float *qo, const float *kt)
+/* A warp owns APF_RPT rows, r_i = warp + NW i (NW warps in the block), and
+ * the whole 64-position tile across its lanes: for S lane l holds positions
+ * 2l, 2l + 1, for O dims 4l..4l + 3 and 128 + 4l..128 + 4l + 3. So each
+ * Q or P value a warp reads is one address for all 32 lanes (a broadcast,
+ * one wavefront) and each K or V row it reads is 32 distinct consecutive
+ * vectors (no lane reads what another lane of its warp reads): ~0.2 shared
+ * wavefronts per FFMA, against 0.33 with 16-lane half-warps that both read
+ * every K and V vector (ncu, docs/PERF.md). */
+#define APF_RPT 8
+
+/* s[i][jj] += q[r_i][d] * K^T[d][2 lane + jj] over the 64 dims of K chunk
+ * ci. qr: row r_0 of Q at the chunk (row i at qr + i NW APF_D); kt: the
+ * chunk at column 2 lane. */
+template <int NW>
+static __device__ __forceinline__ void apf_scores(float (&s)[APF_RPT][2], const float *qr,
+                                                  const float *kt)
 {
 #pragma unroll
     for (int g = 0; g < APF_KC / 4; g++) {
-        const float *qb = (g & 1) ? qo : qe;
-        float4 qv[4];
+        float4 qv[APF_RPT];
 #pragma unroll
-        for (int i = 0; i < 4; i++)
-            qv[i] = *(const float4 *)(qb + i * NTY * APF_D + 4 * g);
+        for (int i = 0; i < APF_RPT; i++)
+            qv[i] = *(const float4 *)(qr + i * NW * APF_D + 4 * g);
 #pragma unroll
         for (int dd = 0; dd < 4; dd++) {
-            float4 kv = *(const float4 *)(kt + (4 * g + dd) * APF_KT);
+            float2 kv = *(const float2 *)(kt + (4 * g + dd) * APF_KT);
 #pragma unroll
-            for (int i = 0; i < 4; i++) {
+            for (int i = 0; i < APF_RPT; i++) {
                 float qd = dd == 0 ? qv[i].x : dd == 1 ? qv[i].y : dd == 2 ? qv[i].z : qv[i].w;
                 s[i][0] = fmaf(qd, kv.x, s[i][0]);
                 s[i][1] = fmaf(qd, kv.y, s[i][1]);
-                s[i][2] = fmaf(qd, kv.z, s[i][2]);
-                s[i][3] = fmaf(qd, kv.w, s[i][3]);
             }
         }
     }
 }
 
-/* acc[i][k] += P[r_i][j] V[j][64k + 4tx + 0..3] over the 16 positions of V
- * chunk vc (pe / po: row ty of P for even / odd groups, at the chunk). */
-template <int NTY>
-static __device__ __forceinline__ void apf_pv(float4 (&acc)[4][4], const float *pe,
-                                              const float *po, const float *vt)
+/* acc[i][k] += P[r_i][j] V[j][128k + 4 lane + 0..3] over the 16 positions of
+ * V chunk vc (pr: row r_0 of P at the chunk; vt: the chunk at dim 4 lane). */
+template <int NW>
+static __device__ __forceinline__ void apf_pv(float4 (&acc)[APF_RPT][2], const float *pr,
+                                              const float *vt)
 {
 #pragma unroll
     for (int gg = 0; gg < APF_VC / 4; gg++) {
-        const float *pb = (gg & 1) ? po : pe;
-        float4 pv[4];
+        float4 pv[APF_RPT];
 #pragma unroll
-        for (int i = 0; i < 4; i++)
-            pv[i] = *(const float4 *)(pb + i * NTY * APF_KT + 4 * gg);
+        for (int i = 0; i < APF_RPT; i++)
+            pv[i] = *(const float4 *)(pr + i * NW * APF_KT + 4 * gg);
 #pragma unroll
         for (int jj = 0; jj < 4; jj++) {
             const float *vr = vt + (4 * gg + jj) * APF_D;
-            float4 vv[4];
+            float4 v0 = *(const float4 *)vr, v1 = *(const float4 *)(vr + 128);
 #pragma unroll
-            for (int k = 0; k < 4; k++)
-                vv[k] = *(const float4 *)(vr + 64 * k);
-#pragma unroll
-            for (int i = 0; i < 4; i++) {
+            for (int i = 0; i < APF_RPT; i++) {
                 float p = jj == 0 ? pv[i].x : jj == 1 ? pv[i].y : jj == 2 ? pv[i].z : pv[i].w;
-#pragma unroll
-                for (int k = 0; k < 4; k++) {
-                    acc[i][k].x = fmaf(p, vv[k].x, acc[i][k].x);
-                    acc[i][k].y = fmaf(p, vv[k].y, acc[i][k].y);
-                    acc[i][k].z = fmaf(p, vv[k].z, acc[i][k].z);
-                    acc[i][k].w = fmaf(p, vv[k].w, acc[i][k].w);
-                }
+                acc[i][0].x = fmaf(p, v0.x, acc[i][0].x);
+                acc[i][0].y = fmaf(p, v0.y, acc[i][0].y);
+                acc[i][0].z = fmaf(p, v0.z, acc[i][0].z);
+                acc[i][0].w = fmaf(p, v0.w, acc[i][0].w);
+                acc[i][1].x = fmaf(p, v1.x, acc[i][1].x);
+                acc[i][1].y = fmaf(p, v1.y, acc[i][1].y);
+                acc[i][1].z = fmaf(p, v1.z, acc[i][1].z);
+                acc[i][1].w = fmaf(p, v1.w, acc[i][1].w);
             }
         }
     }
 }
 
-/* Sum / max over the 16 lanes of a half-warp (a fixed butterfly: every lane
- * gets the same bits, as a + b == b + a). */
-static __device__ __forceinline__ float half_sum(float v)
+/* A row's sum of p over the tile, in the order of the kernel before the
+ * warp-per-row layout (kept so the bits did not change): per group of 4
+ * positions ((p0 + p1) + p2) + p3, then a fixed butterfly over the 16
+ * groups. Lane l holds positions 2l, 2l + 1 (group l / 2); both lanes of a
+ * group form its sum, so every lane ends with the same bits. */
+static __device__ __forceinline__ float tile_sum(float p0, float p1, int lane)
 {
+    float o0 = __shfl_xor_sync(CS_FULL_MASK, p0, 1), o1 = __shfl_xor_sync(CS_FULL_MASK, p1, 1);
+    float v = (lane & 1) ? ((o0 + o1) + p0) + p1 : ((p0 + p1) + o0) + o1;
 #pragma unroll
-    for (int o = 8; o > 0; o >>= 1)
+    for (int o = 16; o > 1; o >>= 1)
         v += __shfl_xor_sync(CS_FULL_MASK, v, o);
     return v;
 }
-static __device__ __forceinline__ float half_max(float v)
-{
-#pragma unroll
-    for (int o = 8; o > 0; o >>= 1)
-        v = fmaxf(v, __shfl_xor_sync(CS_FULL_MASK, v, o));
-    return v;
-}
-
 /* ---- the kernels ---- */
 
 /* Block (query sub-tile, kv head, split); see the header comment. Output:
@@ -312,7 +317,8 @@ static __global__ void __launch_bounds__(NTY * 16, APF_MIN_BLOCKS)
     k_attn_prefill_tiled(float *out, float *part_acc, float2 *part_ml, struct apf_args a)
 {
     cuda_pdl_enter();   /* launch.cuh: before any read or write */
-    const int NT = NTY * 16, ROWS = 4 * NTY;
+    const int NT = NTY * 16, ROWS = 4 * NTY, NW = NT / 32;
+    static_assert(ROWS == APF_RPT * NW, "a warp owns APF_RPT rows");
     extern __shared__ __align__(16) float apf_smem[];
     float *sq = apf_smem, *sbuf = sq + ROWS * APF_D, *sp = sbuf + APF_CHUNK;
     int bx = gridDim.x - 1 - blockIdx.x;   /* the last tiles (longest contexts) first */
@@ -332,7 +338,7 @@ static __global__ void __launch_bounds__(NTY * 16, APF_MIN_BLOCKS)
         return;
     int p_end = min(p_lo + APF_SPLIT, max_pos + 1);
     int seq = a.seq_of[t0];
-    int tid = threadIdx.x, tx = tid & 15, ty = tid >> 4, par = ty & 1;
+    int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     int G = a.group, n_rows = nt * G;
 
     /* Q rows, scaled; row r: token t0 + r / G, head h * G + r % G */
@@ -344,23 +350,20 @@ static __global__ void __launch_bounds__(NTY * 16, APF_MIN_BLOCKS)
                               (size_t)(h * G + r % G) * a.q_hs + 4 * g;
             v = make_float4(qr[0] * a.scale, qr[1] * a.scale, qr[2] * a.scale, qr[3] * a.scale);
         }
-        *(float4 *)(sq + r * APF_D + 4 * (g ^ (r & 1))) = v;
+        *(float4 *)(sq + r * APF_D + 4 * g) = v;
     }
-    int qpos[4];
-    float m[4], l[4], s[4][4] = {};
-    float4 acc[4][4];
+    int qpos[APF_RPT];
+    float m[APF_RPT], l[APF_RPT], s[APF_RPT][2] = {};
+    float4 acc[APF_RPT][2];
 #pragma unroll
-    for (int i = 0; i < 4; i++) {
-        int r = ty + NTY * i;
+    for (int i = 0; i < APF_RPT; i++) {
+        int r = warp + NW * i;
         qpos[i] = r < n_rows ? a.pos[t0 + r / G] : -1;
         m[i] = -INFINITY;
         l[i] = 0.0f;
-#pragma unroll
-        for (int k = 0; k < 4; k++)
-            acc[i][k] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        acc[i][0] = acc[i][1] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     }
-    const float *q_even = sq + ty * APF_D + 4 * par, *q_odd = sq + ty * APF_D - 4 * par;
-    const float *p_even = sp + ty * APF_KT + 4 * par, *p_odd = sp + ty * APF_KT - 4 * par;
+    const float *q_row = sq + warp * APF_D, *p_row = sp + warp * APF_KT;
 
     int n_chunks = (p_end - p_lo + APF_KT - 1) / APF_KT * 8;
     apf_stage<T, NT> st;
@@ -373,71 +376,69 @@ static __global__ void __launch_bounds__(NTY * 16, APF_MIN_BLOCKS)
         if (gc + 1 < n_chunks)
             apf_fetch<T, NT>(st, a, seq, h, p_lo + ((gc + 1) >> 3) * APF_KT, (gc + 1) & 7, p_end);
         if (ci >= 4) {
-            int off = (ci - 4) * APF_VC;
-            apf_pv<NTY>(acc, p_even + off, p_odd + off, sbuf + 4 * tx);
+            apf_pv<NW>(acc, p_row + (ci - 4) * APF_VC, sbuf + 4 * lane);
             continue;
         }
         if (ci == 0) {
 #pragma unroll
-            for (int i = 0; i < 4; i++)
-                s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.0f;
+            for (int i = 0; i < APF_RPT; i++)
+                s[i][0] = s[i][1] = 0.0f;
         }
-        apf_scores<NTY>(s, q_even + ci * APF_KC, q_odd + ci * APF_KC, sbuf + 4 * tx);
+        apf_scores<NW>(s, q_row + ci * APF_KC, sbuf + 2 * lane);
         if (ci != 3)
             continue;
-        /* online softmax over this KV tile: positions p0 + 4tx + jj */
+        /* online softmax over this KV tile: positions p0 + 2 lane + jj */
 #pragma unroll
-        for (int i = 0; i < 4; i++) {
+        for (int i = 0; i < APF_RPT; i++) {
             float mx = -INFINITY;
 #pragma unroll
-            for (int jj = 0; jj < 4; jj++) {
-                if (p0 + 4 * tx + jj > qpos[i])
+            for (int jj = 0; jj < 2; jj++) {
+                if (p0 + 2 * lane + jj > qpos[i])
                     s[i][jj] = -INFINITY;
                 mx = fmaxf(mx, s[i][jj]);
             }
-            float m_new = fmaxf(m[i], half_max(mx));
+            float m_new = fmaxf(m[i], warp_max(mx));
             /* an unchanged max keeps acc and l bit-identical (no expf(0) rounding) */
             float alpha = m_new == m[i] ? 1.0f : expf(m[i] - m_new);
-            float p[4];
+            float p[2];
 #pragma unroll
-            for (int jj = 0; jj < 4; jj++)
+            for (int jj = 0; jj < 2; jj++)
                 p[jj] = m_new == -INFINITY ? 0.0f : expf(s[i][jj] - m_new);
-            float ls = half_sum(((p[0] + p[1]) + p[2]) + p[3]);
+            float ls = tile_sum(p[0], p[1], lane);
             l[i] = l[i] * alpha + ls;
             m[i] = m_new;
 #pragma unroll
-            for (int k = 0; k < 4; k++) {
+            for (int k = 0; k < 2; k++) {
                 acc[i][k].x *= alpha, acc[i][k].y *= alpha;
                 acc[i][k].z *= alpha, acc[i][k].w *= alpha;
             }
-            int r = ty + NTY * i;
-            *(float4 *)(sp + r * APF_KT + 4 * (tx ^ par)) = make_float4(p[0], p[1], p[2], p[3]);
+            *(float2 *)(p_row + i * NW * APF_KT + 2 * lane) = make_float2(p[0], p[1]);
         }
     }
 
     /* rows with a position in this split: the output (one split) or a partial */
 #pragma unroll
-    for (int i = 0; i < 4; i++) {
-        int r = ty + NTY * i;
+    for (int i = 0; i < APF_RPT; i++) {
+        int r = warp + NW * i;
         if (r >= n_rows || qpos[i] < p_lo)
             continue;
         int tk = r / G, qh = h * G + r % G;
         if (qpos[i] < APF_SPLIT) {
             float inv = 1.0f / l[i];
-            float *o = out + (size_t)(t0 + tk) * a.n_heads * APF_D + (size_t)qh * APF_D + 4 * tx;
+            float *o = out + (size_t)(t0 + tk) * a.n_heads * APF_D + (size_t)qh * APF_D + 4 * lane;
 #pragma unroll
-            for (int k = 0; k < 4; k++)
-                *(float4 *)(o + 64 * k) = make_float4(acc[i][k].x * inv, acc[i][k].y * inv,
-                                                      acc[i][k].z * inv, acc[i][k].w * inv);
+            for (int k = 0; k < 2; k++)
+                *(float4 *)(o + 128 * k) = make_float4(acc[i][k].x * inv, acc[i][k].y * inv,
+                                                       acc[i][k].z * inv, acc[i][k].w * inv);
             continue;
         }
         size_t prow = ((size_t)(tile * CS_ATTN_PTILE + tok0 + tk) * a.n_heads + qh) * a.n_splits +
                       split;
-        float *o = part_acc + prow * APF_D + 4 * tx;
+        float *o = part_acc + prow * APF_D + 4 * lane;
 #pragma unroll
-        for (int k = 0; k < 4; k++)
-            *(float4 *)(o + 64 * k) = acc[i][k];
-        if (tx == 0)
+        for (int k = 0; k < 2; k++)
+            *(float4 *)(o + 128 * k) = acc[i][k];
+        if (lane == 0)
             part_ml[prow] = make_float2(m[i], l[i]);
     }
 }
