@@ -232,7 +232,11 @@ static __device__ __forceinline__ void apf_put(float *buf, const apf_stage<T, NT
  * vectors (no lane reads what another lane of its warp reads): ~0.2 shared
  * wavefronts per FFMA, against 0.33 with 16-lane half-warps that both read
  * every K and V vector (ncu, docs/PERF.md). */
+#ifndef APF_RPT   /* 8; 4 (twice the warps, 128 registers) measured slower: docs/PERF.md */
 #define APF_RPT 8
+#endif
+/* threads of a block of 4 NTY rows */
+#define APF_THREADS(NTY) (4 * (NTY) / APF_RPT * 32)
 
 /* s[i][jj] += q[r_i][d] * K^T[d][2 lane + jj] over the 64 dims of K chunk
  * ci. qr: row r_0 of Q at the chunk (row i at qr + i NW APF_D); kt: the
@@ -313,11 +317,11 @@ static __device__ __forceinline__ float tile_sum(float p0, float p1, int lane)
  * part_acc[prow][D], part_ml[prow] = (m, l), prow = ((tile * CS_ATTN_PTILE +
  * token in tile) * n_heads + head) * n_splits + split. */
 template <typename T, int NTY>
-static __global__ void __launch_bounds__(NTY * 16, APF_MIN_BLOCKS)
+static __global__ void __launch_bounds__(APF_THREADS(NTY), APF_MIN_BLOCKS)
     k_attn_prefill_tiled(float *out, float *part_acc, float2 *part_ml, struct apf_args a)
 {
     cuda_pdl_enter();   /* launch.cuh: before any read or write */
-    const int NT = NTY * 16, ROWS = 4 * NTY, NW = NT / 32;
+    const int NT = APF_THREADS(NTY), ROWS = 4 * NTY, NW = NT / 32;
     static_assert(ROWS == APF_RPT * NW, "a warp owns APF_RPT rows");
     extern __shared__ __align__(16) float apf_smem[];
     float *sq = apf_smem, *sbuf = sq + ROWS * APF_D, *sp = sbuf + APF_CHUNK;
@@ -527,7 +531,7 @@ static int apf_launch(struct cuda_ctx *c, float *out, struct apf_args a, int n_t
         int n = n_tiles - t0 < pass ? n_tiles - t0 : pass;
         a.tiles = cb->ptiles + t0;
         dim3 grid((unsigned)n * a.subs, a.n_kv, a.n_splits);
-        CS_CUDA_CHECK(cuda_launch(k_attn_prefill_tiled<T, NTY>, grid, NTY * 16, smem, c->stream,
+        CS_CUDA_CHECK(cuda_launch(k_attn_prefill_tiled<T, NTY>, grid, APF_THREADS(NTY), smem, c->stream,
                                   out, acc, ml, a));
         if (a.n_splits > 1)
             CS_CUDA_CHECK(cuda_launch(k_attn_prefill_combine, dim3(n, a.n_heads, CS_ATTN_PTILE),
