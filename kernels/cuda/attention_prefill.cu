@@ -9,7 +9,7 @@
  * like an SGEMM block: all ROWS = 4 * NTY query rows of a tile (row = token
  * x head of the kv head's GQA group) share every K/V tile staged in shared
  * memory, and each warp owns 8 rows of S = Q K^T and of the output O
- * (APF_RPT), so each shared-memory load feeds 16 to 64 FFMAs.
+ * (APF_RPT), so each shared-memory load feeds 8 to 32 FFMAs.
  *
  * Block = (query sub-tile, kv head, KV split); NTY * 16 threads (NW = NTY / 2
  * warps), warp w owns rows r_i = w + NW * i (i < 8), its lanes split the
