@@ -36,7 +36,7 @@
  *   accumulators; per 4 positions 8 loads of P, 8 of V, 256 FFMAs.
  *   (Until 2026-12-03 a thread owned 4 rows x 4 positions and 4 rows x 16
  *   dims and both half-warps read every K and V vector: 0.33 shared
- *   wavefronts per FFMA against ~0.2 now. The bits are the same: every
+ *   wavefronts per FFMA against 0.28 now, by ncu. The bits are the same: every
  *   element's expression and order are unchanged.)
  * - Long contexts: KV splits of APF_SPLIT positions at fixed multiples
  *   (positions only), so a 512-token chunk late in a 32K prompt still fills
@@ -227,11 +227,11 @@ static __device__ __forceinline__ void apf_put(float *buf, const apf_stage<T, NT
 /* A warp owns APF_RPT rows, r_i = warp + NW i (NW warps in the block), and
  * the whole 64-position tile across its lanes: for S lane l holds positions
  * 2l, 2l + 1, for O dims 4l..4l + 3 and 128 + 4l..128 + 4l + 3. So each
- * Q or P value a warp reads is one address for all 32 lanes (a broadcast,
- * one wavefront) and each K or V row it reads is 32 distinct consecutive
- * vectors (no lane reads what another lane of its warp reads): ~0.2 shared
- * wavefronts per FFMA, against 0.33 with 16-lane half-warps that both read
- * every K and V vector (ncu, docs/PERF.md). */
+ * Q or P value a warp reads is one address for all 32 lanes (a broadcast)
+ * and each K or V row it reads is 32 distinct consecutive vectors (no lane
+ * reads what another lane of its warp reads): 0.28 shared wavefronts per
+ * FFMA, against 0.33 with 16-lane half-warps that both read every K and V
+ * vector (ncu, docs/PERF.md; a 128-bit broadcast still costs 2). */
 #ifndef APF_RPT   /* 8; 4 (twice the warps, 128 registers) measured slower: docs/PERF.md */
 #define APF_RPT 8
 #endif
