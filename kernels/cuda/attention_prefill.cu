@@ -531,8 +531,8 @@ static int apf_launch(struct cuda_ctx *c, float *out, struct apf_args a, int n_t
         int n = n_tiles - t0 < pass ? n_tiles - t0 : pass;
         a.tiles = cb->ptiles + t0;
         dim3 grid((unsigned)n * a.subs, a.n_kv, a.n_splits);
-        CS_CUDA_CHECK(cuda_launch(k_attn_prefill_tiled<T, NTY>, grid, APF_THREADS(NTY), smem, c->stream,
-                                  out, acc, ml, a));
+        CS_CUDA_CHECK(cuda_launch(k_attn_prefill_tiled<T, NTY>, grid, APF_THREADS(NTY), smem,
+                                  c->stream, out, acc, ml, a));
         if (a.n_splits > 1)
             CS_CUDA_CHECK(cuda_launch(k_attn_prefill_combine, dim3(n, a.n_heads, CS_ATTN_PTILE),
                                       APF_D, 0, c->stream, out, (const float *)acc,
