@@ -72,7 +72,8 @@ float quant_q8_0_q8_1_dot(const struct block_q8_0 *w, const struct block_q8_1 *x
             int32_t isum = 0;
             for (int i = 0; i < QUANT_BLOCK; i++)
                 isum += (int32_t)w[b].qs[i] * (int32_t)x[b].qs[i];
-            p += (cs_half_to_float(w[b].d) * x[b].d) * (float)isum;
+            float s = cs_half_to_float(w[b].d) * x[b].d;
+            p = fmaf(s, (float)isum, p);   /* numerics.h: the one fused step */
         }
         total += p;
     }

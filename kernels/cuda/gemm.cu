@@ -219,7 +219,8 @@ static __device__ __forceinline__ void gemm_store_scales(struct gemm_stage<KB> &
     }
 }
 
-/* acc[i][t] += (d_w * d_x) * isum for block kb of stage st, output by output. */
+/* acc[i][t] = fma(d_w * d_x, isum, acc[i][t]) for block kb of stage st,
+ * output by output (numerics.h). */
 template <int KB>
 static __device__ __forceinline__ void gemm_block(float (&acc)[4][8],
                                                   const struct gemm_stage<KB> &st, int kb)
@@ -241,8 +242,7 @@ static __device__ __forceinline__ void gemm_block(float (&acc)[4][8],
 #pragma unroll
         for (int i = 0; i < 4; i++) {
             int isum = dot32(a0[i], a1[i], b0, b1, MM_DOT_BIAS);
-            acc[i][t] = __fadd_rn(acc[i][t], __fmul_rn(__fmul_rn(da[i], db),
-                                                       biased_dot_to_float(isum)));
+            acc[i][t] = __fmaf_rn(__fmul_rn(da[i], db), biased_dot_to_float(isum), acc[i][t]);
         }
     }
 }

@@ -11,8 +11,9 @@
  * matrices (gate/up, the LM head) each block of the wave streams many
  * groups.
  *
- * Numerics (kernels/numerics.h): each block sums its segment's block terms
- * in increasing order into p; p goes to a per-stream workspace; the last
+ * Numerics (kernels/numerics.h): each block folds its segment's blocks in
+ * increasing order into p = fma(d_w * d_x, isum, p); p goes to a per-stream
+ * workspace; the last
  * block of a row group to finish (an atomic ticket per group, reset by that
  * block for the next launch or graph replay) adds the groups' p in segment
  * order. So the result is bitwise the plain GEMV's and the GEMM's. */
@@ -60,10 +61,10 @@ static __device__ __forceinline__ void seg_load(const struct mm_parts &ps, int u
 /* Block i works on segment i % n_seg of row groups i / n_seg, i / n_seg +
  * ustride, ... (ustride = gridDim.x / n_seg): the grid is sized to the GPU
  * (gemv_seg_launch), so a block stays resident over several row groups.
- * Its SEG_WARPS loader warps compute a group's block terms into shared
- * memory and at once fetch the next group's weights; one more warp, the
- * tail warp, adds the terms and writes the group's partial meanwhile
- * (terms double-buffered: one barrier per group). Tickets are taken once
+ * Its SEG_WARPS loader warps compute a group's block dots into shared
+ * memory, with the weight and x scales, and at once fetch the next group's
+ * weights; one more warp, the tail warp, folds them and writes the group's
+ * partial meanwhile (double-buffered: one barrier per group). Tickets are taken once
  * per block after its last group, and the groups it completed are added
  * up then. Each step was measured on an H200 (docs/PERF.md): a block per
  * (group, segment), 57-61% of read bandwidth on large matrices; resident
@@ -182,7 +183,9 @@ static __global__ void __launch_bounds__(SEG_THREADS, SEG_BLOCKS_PER_SM)
                     struct cuda_mm_pro pro, const int8_t *xq, const float *xd, int n_in, int nb,
                     float *part, int *tickets)
 {
-    __shared__ float terms[2][SEG][NT][32];
+    __shared__ float terms[2][SEG][NT][32];   /* block dots, exact as float */
+    __shared__ float wscale[2][SEG][32];      /* d_w of (block, row) */
+    __shared__ float xscale[2][SEG][NT];      /* d_x of (block, token) */
     __shared__ __align__(16) int8_t xs[XS ? NT * SEG * 32 : 16];
     __shared__ float xds[XS ? NT * SEG : 1];
     __shared__ float ssw[AN ? 32 : 1];
@@ -235,8 +238,11 @@ static __global__ void __launch_bounds__(SEG_THREADS, SEG_BLOCKS_PER_SM)
                         dx = __ldg(xd + (size_t)t * nb + b);
                     }
                     int isum = dot32(wv0[j], wv1[j], x0, x1, MM_DOT_BIAS);
-                    terms[it][k][t][lane] = __fmul_rn(__fmul_rn(wd[j], dx), biased_dot_to_float(isum));
+                    terms[it][k][t][lane] = biased_dot_to_float(isum);
+                    if (lane == 0)
+                        xscale[it][k][t] = dx;
                 }
+                wscale[it][k][lane] = wd[j];
             }
             if (unit + ustride < units)   /* the next group's weights fly from here */
                 seg_load(ps, unit + ustride, nb, b0, warp, lane, wv0, wv1, wd);
@@ -252,16 +258,19 @@ static __global__ void __launch_bounds__(SEG_THREADS, SEG_BLOCKS_PER_SM)
             float p = 0.0f;
             int k = 0;
             for (; k + 8 <= cn; k += 8) {
-                float v[8];
+                float v[8], sc[8];
 #pragma unroll
-                for (int u = 0; u < 8; u++)
+                for (int u = 0; u < 8; u++) {
                     v[u] = terms[it][k + u][t][lane];
+                    sc[u] = __fmul_rn(wscale[it][k + u][lane], xscale[it][k + u][t]);
+                }
 #pragma unroll
                 for (int u = 0; u < 8; u++)
-                    p = __fadd_rn(p, v[u]);
+                    p = __fmaf_rn(sc[u], v[u], p);
             }
             for (; k < cn; k++)
-                p = __fadd_rn(p, terms[it][k][t][lane]);
+                p = __fmaf_rn(__fmul_rn(wscale[it][k][lane], xscale[it][k][t]), terms[it][k][t][lane],
+                              p);
             if (n_seg == 1) {
                 if (row < n_out)
                     y[(size_t)t * n_out + row] = __fadd_rn(0.0f, p);

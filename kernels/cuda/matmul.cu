@@ -6,9 +6,10 @@
  *   group of 32 rows (lane = row, 16-byte coalesced loads of the repacked
  *   layout). It quantizes x into shared memory itself when it fits (one
  *   launch per call instead of two). In rounds, each warp computes the block
- *   terms s * isum of a few 32-value blocks into shared memory, prefetches
- *   the next round's weights, then thread (token, row) adds the round's
- *   terms in increasing block order. Memory-bound.
+ *   dots isum of a few 32-value blocks into shared memory (with their
+ *   scales d_w and d_x), prefetches the next round's weights, then thread
+ *   (token, row) folds the round's blocks in increasing order, p = fma(d_w *
+ *   d_x, isum, p). Memory-bound.
  * - gemv_seg_kernel (gemv_seg.cu): the same for matrices with few row
  *   groups, K split over blocks by numerics.h segments.
  * - gemm_q8_kernel (prefill, gemm.cu): 128 rows x 64 tokens per block
@@ -37,10 +38,11 @@
 
 #define GEMV_XS_U 8   /* x blocks per warp loaded together by the quantizing prologue */
 
-/* Block: W warps (blockDim.x = 32 W >= 32 NT). Dynamic shared memory: terms
- * [2][C][NT][32] floats (C = W * BPW; double-buffered, so the serial sum of
- * round r overlaps the dots of round r + 1 with one barrier per round), then
- * with XS the Q8_1 copy of the NT
+/* Block: W warps (blockDim.x = 32 W >= 32 NT). Dynamic shared memory
+ * (gemv_terms_bytes): the dots (float) [2][C][NT][32], the weight scales
+ * [2][C][32] and the x scales [2][C][NT] (C = W * BPW; double-buffered, so
+ * the serial sum of round r overlaps the dots of round r + 1 with one
+ * barrier per round), then with XS the Q8_1 copy of the NT
  * tokens: int8 [NT][n_in] and fp32 scales [NT][nb], quantized here from x
  * (no separate quantize launch); without XS, xq/xd hold them (scratch). */
 template <int NT, int BPW, bool XS>
@@ -56,6 +58,7 @@ static __global__ void __launch_bounds__(NT <= 2 ? 512 : 256, NT <= 2 ? MM_GEMV_
     int g = gid - ps.p[pi].unit_begin;
     const int4 *qg = ps.p[pi].q + (size_t)g * nb * 64;
     const __half *dg = ps.p[pi].d + (size_t)g * nb * 32;
+    float *wscale = terms + 2 * C * NT * 32, *xscale = wscale + 2 * C * 32;
     int t_own = threadIdx.x >> 5;      /* serial phase: token t_own, row lane */
     float acc = 0.0f, tot = 0.0f;      /* this segment's sum, the segments' so far */
     int4 wv0[BPW], wv1[BPW];
@@ -73,7 +76,7 @@ static __global__ void __launch_bounds__(NT <= 2 ? 512 : 256, NT <= 2 ? MM_GEMV_
     }
     cuda_pdl_enter();   /* launch.cuh: x (or xq/xd) is the previous kernel's output */
     if (XS) {
-        int8_t *xs = (int8_t *)(terms + 2 * C * NT * 32);
+        int8_t *xs = (int8_t *)(xscale + 2 * C * NT);
         float *xds = (float *)(xs + (size_t)NT * n_in);
         /* GEMV_XS_U blocks of x per warp in flight at once: fetched one at
          * a time, each paid a full L2 round trip (~6 us of prologue at
@@ -104,6 +107,7 @@ static __global__ void __launch_bounds__(NT <= 2 ? 512 : 256, NT <= 2 ? MM_GEMV_
 
     for (int c0 = 0, round = 0; c0 < nb; c0 += C, round++) {
         float *tb = terms + (round & 1) * C * NT * 32;
+        float *wb = wscale + (round & 1) * C * 32, *xb = xscale + (round & 1) * C * NT;
 #pragma unroll
         for (int j = 0; j < BPW; j++) {
             int b = c0 + warp * BPW + j;
@@ -125,8 +129,11 @@ static __global__ void __launch_bounds__(NT <= 2 ? 512 : 256, NT <= 2 ? MM_GEMV_
                     dx = __ldg(xd + (size_t)t * nb + b);
                 }
                 int isum = dot32(wv0[j], wv1[j], x0, x1, MM_DOT_BIAS);
-                tb[(k * NT + t) * 32 + lane] = __fmul_rn(__fmul_rn(wd[j], dx), biased_dot_to_float(isum));
+                tb[(k * NT + t) * 32 + lane] = biased_dot_to_float(isum);
+                if (lane == 0)
+                    xb[k * NT + t] = dx;
             }
+            wb[k * 32 + lane] = wd[j];
         }
         /* next round's weights fly during the barrier and the serial sum */
 #pragma unroll
@@ -141,27 +148,29 @@ static __global__ void __launch_bounds__(NT <= 2 ? 512 : 256, NT <= 2 ? MM_GEMV_
         __syncthreads();
         if (t_own < NT) {
             int cn = nb - c0 < C ? nb - c0 : C, k = 0;
-            const float *tp = tb + t_own * 32 + lane;
+            const float *tp = tb + t_own * 32 + lane, *wp = wb + lane, *xp = xb + t_own;
             /* c0 and k are multiples of 8, so are the segment starts */
             for (; k + 8 <= cn; k += 8) {
                 if ((c0 + k) % CS_DOT_SEG_BLOCKS == 0 && c0 + k > 0) {
                     tot = __fadd_rn(tot, acc);
                     acc = 0.0f;
                 }
-                float v[8];
+                float v[8], sc[8];
 #pragma unroll
-                for (int u = 0; u < 8; u++)
+                for (int u = 0; u < 8; u++) {
                     v[u] = tp[(k + u) * NT * 32];
+                    sc[u] = __fmul_rn(wp[(k + u) * 32], xp[(k + u) * NT]);
+                }
 #pragma unroll
                 for (int u = 0; u < 8; u++)
-                    acc = __fadd_rn(acc, v[u]);
+                    acc = __fmaf_rn(sc[u], v[u], acc);
             }
             for (; k < cn; k++) {
                 if ((c0 + k) % CS_DOT_SEG_BLOCKS == 0 && c0 + k > 0) {
                     tot = __fadd_rn(tot, acc);
                     acc = 0.0f;
                 }
-                acc = __fadd_rn(acc, tp[k * NT * 32]);
+                acc = __fmaf_rn(__fmul_rn(wp[k * 32], xp[k * NT]), tp[k * NT * 32], acc);
             }
         }
     }
@@ -221,9 +230,11 @@ static int device_cc(void)
 #endif
 #define GEMV_BPW(nt) MM_GEMV_BPW
 
+/* The block's dots, weight scales and x scales (gemv_q8_kernel). */
 static size_t gemv_terms_bytes(int nt, int warps)
 {
-    return 2 * (size_t)warps * GEMV_BPW(nt) * nt * 32 * sizeof(float);
+    size_t c = (size_t)warps * GEMV_BPW(nt);
+    return 2 * c * (nt * 32 + 32 + nt) * sizeof(float);
 }
 
 static size_t gemv_xs_bytes(int nt, int n_in)

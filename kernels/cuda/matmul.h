@@ -27,9 +27,9 @@
  *   q = round-half-away-from-zero(x / d) with a correctly rounded division,
  *   q = 0 when amax == 0.
  * - Q8_0 output element y[t][r]: the segmented order of kernels/numerics.h
- *   (per segment of 32 blocks p = sum of s * (float)isum in block order,
- *   s = fp32(d_w[r][b]) * d_x[t][b]; y = sum of the p in segment order; each
- *   operation rounded separately, no fused multiply-add). Every kernel (plain
+ *   (per segment of 32 blocks p = fma(s, (float)isum, p) in block order,
+ *   s = fp32(d_w[r][b]) * d_x[t][b]; y = sum of the p in segment order; every
+ *   other operation rounded separately). Every kernel (plain
  *   and segmented GEMV for few tokens, GEMM for many) follows this order, so
  *   y[t] is bitwise independent of n_tokens and of the other tokens and
  *   weights in the call.

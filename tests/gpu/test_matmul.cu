@@ -97,10 +97,9 @@ static struct ref_out ref_dot(const uint8_t *w, int64_t row, int64_t nb, const i
         for (int j = 0; j < 32; j++)
             isum += (int)(int8_t)blk[2 + j] * (int)xq[b * 32 + j];
         volatile float s = dw * xd[b];
-        volatile float term = s * (float)isum;
         if (b % CS_DOT_SEG_BLOCKS == 0)   /* kernels/numerics.h: a new segment */
             seg = 0.0f;
-        seg = seg + term;
+        seg = fmaf(s, (float)isum, seg);   /* the contract's one fused step */
         if ((b + 1) % CS_DOT_SEG_BLOCKS == 0 || b + 1 == nb)
             r.canon = r.canon + seg;
         r.exact += (double)dw * (double)xd[b] * (double)isum;
