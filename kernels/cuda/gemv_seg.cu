@@ -36,6 +36,46 @@
 #define SEG_BLOCKS_PER_SM 3          /* the __launch_bounds__ below (4 spilled at 56 registers) */
 #define SEG_MAX_NT 4                 /* tokens per launch (shared memory) */
 #define SEG_MAX_UNITS 8192           /* row groups per launch (tickets in the workspace) */
+#define SEG_CL_FLOATS 2048           /* partials a block of a cluster launch receives (8 KB) */
+#define SEG_CL_MAX 16                /* segments a cluster launch may have (H100/H200 limit) */
+
+/* The cluster launch's exchange (sm_90+): v into the shared memory of block
+ * rank of this block's cluster, at the address local has in this block. */
+static __device__ __forceinline__ void seg_cl_store(float *local, int rank, float v)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    unsigned a = (unsigned)__cvta_generic_to_shared(local), r;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(rank));
+    asm volatile("st.shared::cluster.f32 [%0], %1;" ::"r"(r), "f"(v) : "memory");
+#else
+    __trap();   /* never launched below sm_90 (gemv_seg_launch) */
+#endif
+}
+
+/* Every thread of the cluster, in this order: arrive once the block has
+ * started, wait before the first store above (a block's shared memory may
+ * be written only once it runs), then sync after the last store. */
+static __device__ __forceinline__ void seg_cl_arrive(void)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+#endif
+}
+
+static __device__ __forceinline__ void seg_cl_wait(void)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
+#endif
+}
+
+static __device__ __forceinline__ void seg_cl_sync(void)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("barrier.cluster.arrive.release.aligned;\n\t"
+                 "barrier.cluster.wait.acquire.aligned;" ::: "memory");
+#endif
+}
 
 /* This warp's SEG_BPW weight blocks of (unit, segment starting at block b0)
  * into registers: the loads are issued, not waited for. */
@@ -176,13 +216,22 @@ static __device__ __forceinline__ void seg_addnorm_prologue(const struct cuda_mm
 
 /* XS: one token, x quantized in shared memory through a prologue; AN: the
  * add_rmsnorm prologue (its own instance: it needs more registers and a
- * barrier, which the other one-token GEMVs should not pay for). */
-template <int NT, bool XS, bool AN>
+ * barrier, which the other one-token GEMVs should not pay for).
+ * CL (sm_90+): the n_seg blocks of a row-group sequence form a cluster, and
+ * the partials go through distributed shared memory instead of the
+ * workspace and tickets: the tail warp stores group i's partial into the
+ * block of rank i % n_seg (slot (i / n_seg) n_seg + seg), one cluster
+ * barrier after the last group, then each block adds up the groups it
+ * received in segment order. The same bits; what goes is the fence, atomic
+ * and global round trip that ended every launch (~2 us a call, docs/
+ * PERF.md eighth session). */
+template <int NT, bool XS, bool AN, bool CL = false>
 static __global__ void __launch_bounds__(SEG_THREADS, SEG_BLOCKS_PER_SM)
     gemv_seg_kernel(struct mm_parts ps, int units, int n_seg, const float *x,
                     struct cuda_mm_pro pro, const int8_t *xq, const float *xd, int n_in, int nb,
                     float *part, int *tickets)
 {
+    __shared__ float recv[CL ? SEG_CL_FLOATS / (NT * 32) : 1][NT][32];   /* CL: slots */
     __shared__ float terms[2][SEG][NT][32];   /* block dots, exact as float */
     __shared__ float wscale[2][SEG][32];      /* d_w of (block, row) */
     __shared__ float xscale[2][SEG][NT];      /* d_x of (block, token) */
@@ -200,7 +249,11 @@ static __global__ void __launch_bounds__(SEG_THREADS, SEG_BLOCKS_PER_SM)
     float wd[SEG_BPW];
     if (!tail)
         seg_load(ps, unit, nb, b0, warp, lane, wv0, wv1, wd);
+    if (CL)
+        seg_cl_arrive();
     cuda_pdl_enter();   /* launch.cuh: x, the workspace and y only from here */
+    if (CL)
+        seg_cl_wait();   /* every block of the cluster runs: its recv may be written */
     static_assert(!XS || (NT == 1 && SEG == 4 * SEG_WARPS), "the prologue: one token, 4 blocks a warp");
     static_assert(XS || !AN, "add_rmsnorm is a prologue");
     if (AN) {   /* the row's sums first; every warp reaches the barrier */
@@ -215,7 +268,7 @@ static __global__ void __launch_bounds__(SEG_THREADS, SEG_BLOCKS_PER_SM)
     }
     if (XS)
         __syncthreads();
-    for (int it = 0; unit < units; unit += ustride, it ^= 1) {
+    for (int it = 0, gi = 0; unit < units; unit += ustride, it ^= 1, gi++) {
         if (!tail) {
 #pragma unroll
             for (int j = 0; j < SEG_BPW; j++) {
@@ -274,6 +327,8 @@ static __global__ void __launch_bounds__(SEG_THREADS, SEG_BLOCKS_PER_SM)
             if (n_seg == 1) {
                 if (row < n_out)
                     y[(size_t)t * n_out + row] = __fadd_rn(0.0f, p);
+            } else if (CL) {
+                seg_cl_store(&recv[gi / n_seg * n_seg + seg][t][lane], gi % n_seg, p);
             } else {
                 __stcg(part + (((size_t)unit * n_seg + seg) * NT + t) * 32 + lane, p);
             }
@@ -281,13 +336,29 @@ static __global__ void __launch_bounds__(SEG_THREADS, SEG_BLOCKS_PER_SM)
     }
     if (n_seg == 1)
         return;
+    int unit0 = blockIdx.x / n_seg, n_mine = (units - unit0 + ustride - 1) / ustride;
+    if (CL) {   /* the groups gi = seg, seg + n_seg, ... of this block's sequence */
+        seg_cl_sync();
+        for (int j = warp; j * n_seg + seg < n_mine; j += SEG_WARPS + 1) {
+            int u = unit0 + (j * n_seg + seg) * ustride;
+            int pi = mm_part_find(ps, u);
+            int row = (u - ps.p[pi].unit_begin) * 32 + lane, n_out = ps.p[pi].n_out;
+            for (int t = 0; t < NT; t++) {
+                float tot = 0.0f;
+                for (int sg = 0; sg < n_seg; sg++)
+                    tot = __fadd_rn(tot, recv[j * n_seg + sg][t][lane]);
+                if (row < n_out)
+                    ps.p[pi].y[(size_t)t * n_out + row] = tot;
+            }
+        }
+        return;
+    }
     /* Tickets, once for all of this block's groups (a fence and an atomic
      * round trip per group kept the tail warp busier than the loads took):
      * in chunks of 32 groups, lane i of the tail warp takes the ticket of
      * the chunk's group i; the groups this block completed last are added
      * up in segment order by all warps, one group per warp. */
     __shared__ int s_done[32], s_n_done;
-    int unit0 = blockIdx.x / n_seg, n_mine = (units - unit0 + ustride - 1) / ustride;
     if (tail)
         __threadfence();   /* this block's partials visible device-wide before its tickets */
     for (int c0 = 0; c0 < n_mine; c0 += 32) {
@@ -412,6 +483,84 @@ static cudaError_t seg_launch_nt(const struct mm_parts &ps, int units, int n_seg
                        pro, xq, xd, n_in, nb, part, tickets);
 }
 
+/* ---- the cluster launch (sm_90+) ---- */
+
+#ifndef SEG_CLUSTERS
+#define SEG_CLUSTERS 1   /* 0: always the tickets (a build option for A/B runs) */
+#endif
+
+/* Clusters of n_seg blocks of this instance that can be resident at once on
+ * the current device (cached; 0: none, cluster launches not possible). */
+template <int NT, bool XS, bool AN>
+static int seg_max_clusters(int n_seg)
+{
+    static int cached[16][SEG_CL_MAX + 1];   /* + 1; 0: not asked yet */
+    int dev = 0, major = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 16 || n_seg > SEG_CL_MAX)
+        return 0;
+    pthread_mutex_lock(&g_ws_mu);
+    int n = cached[dev][n_seg] - 1;
+    pthread_mutex_unlock(&g_ws_mu);
+    if (n >= 0)
+        return n;
+    n = 0;
+    void (*k)(struct mm_parts, int, int, const float *, struct cuda_mm_pro, const int8_t *,
+              const float *, int, int, float *, int *) = gemv_seg_kernel<NT, XS, AN, true>;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
+        major >= 9 &&
+        (n_seg <= 8 ||
+         cudaFuncSetAttribute(k, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess)) {
+        cudaLaunchConfig_t cfg = {};
+        cudaLaunchAttribute attr[1];
+        cfg.gridDim = dim3(n_seg);
+        cfg.blockDim = dim3(SEG_THREADS);
+        attr[0].id = cudaLaunchAttributeClusterDimension;
+        attr[0].val.clusterDim.x = (unsigned)n_seg;
+        attr[0].val.clusterDim.y = 1;
+        attr[0].val.clusterDim.z = 1;
+        cfg.attrs = attr;
+        cfg.numAttrs = 1;
+        if (cudaOccupancyMaxActiveClusters(&n, k, &cfg) != cudaSuccess)
+            n = 0;
+    }
+    (void)cudaGetLastError();   /* a refusal only means the tickets */
+    LOG_DEBUG("cuda", "segmented GEMV: clusters of %d blocks (%d tokens): %d resident", n_seg, NT,
+              n);
+    pthread_mutex_lock(&g_ws_mu);
+    cached[dev][n_seg] = n + 1;
+    pthread_mutex_unlock(&g_ws_mu);
+    return n;
+}
+
+/* Launches the cluster form when it applies (2..SEG_CL_MAX segments, every
+ * block's received partials within recv, the clusters resident at once):
+ * cudaSuccess, or cudaErrorNotSupported (nothing queued: use the tickets). */
+template <int NT, bool XS, bool AN>
+static cudaError_t seg_launch_cluster(const struct mm_parts &ps, int units, int n_seg,
+                                      int per_seg, const float *x, const struct cuda_mm_pro &pro,
+                                      const int8_t *xq, const float *xd, int n_in, int nb,
+                                      cudaStream_t s)
+{
+    if (!SEG_CLUSTERS || n_seg < 2 || n_seg > SEG_CL_MAX)
+        return cudaErrorNotSupported;
+    int max_cl = seg_max_clusters<NT, XS, AN>(n_seg);
+    per_seg = per_seg < max_cl ? per_seg : max_cl;
+    if (per_seg < 1)
+        return cudaErrorNotSupported;
+    int rounds = (units + per_seg - 1) / per_seg;   /* groups a block walks */
+    if ((rounds + n_seg - 1) / n_seg * n_seg * NT * 32 > SEG_CL_FLOATS)
+        return cudaErrorNotSupported;
+    int grid = (units + rounds - 1) / rounds * n_seg;
+    cudaError_t e = cuda_launch_cluster(gemv_seg_kernel<NT, XS, AN, true>, n_seg, grid,
+                                        SEG_THREADS, 0, s, ps, units, n_seg, x, pro, xq, xd,
+                                        n_in, nb, (float *)NULL, (int *)NULL);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return cudaErrorNotSupported;
+    }
+    return e;
+}
+
 /* Streaming multiprocessors of the current device (cached per device). */
 static int seg_sm_count(void)
 {
@@ -456,11 +605,22 @@ cudaError_t gemv_seg_launch(int nt, const struct mm_parts &ps, int units, const 
     /* blocks per segment: at most one resident wave, the groups spread evenly */
     int per_seg = seg_sm_count() * SEG_BLOCKS_PER_SM / n_seg;
     per_seg = per_seg < 1 ? 1 : per_seg;
+    cudaError_t e = cudaErrorNotSupported;
+    if (xs && pro.kind == CUDA_MM_PRO_ADD_RMSNORM)
+        e = seg_launch_cluster<1, true, true>(ps, units, n_seg, per_seg, x, pro, xq, xd, n_in, nb, s);
+    else if (xs)
+        e = seg_launch_cluster<1, true, false>(ps, units, n_seg, per_seg, x, pro, xq, xd, n_in, nb, s);
+    else if (nt == 1)
+        e = seg_launch_cluster<1, false, false>(ps, units, n_seg, per_seg, x, pro, xq, xd, n_in, nb, s);
+    else if (nt == 2)
+        e = seg_launch_cluster<2, false, false>(ps, units, n_seg, per_seg, x, pro, xq, xd, n_in, nb, s);
+    if (e != cudaErrorNotSupported)
+        return e;
     int rounds = (units + per_seg - 1) / per_seg;
     int grid = (units + rounds - 1) / rounds * n_seg;
     float *part = NULL;
     int *tickets = NULL;
-    cudaError_t e = seg_workspace(s, (size_t)units * n_seg * nt * 32, &part, &tickets);
+    e = seg_workspace(s, (size_t)units * n_seg * nt * 32, &part, &tickets);
     if (e != cudaSuccess)
         return e;
     if (xs && pro.kind == CUDA_MM_PRO_ADD_RMSNORM)

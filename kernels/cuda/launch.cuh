@@ -53,27 +53,45 @@ static __device__ __forceinline__ void cuda_pdl_enter(void)
 
 #include "launch.h"
 
-/* Launch k<<<grid, block, smem, s>>>(args...) as described above. */
+/* cuda_launch with the grid's blocks grouped in clusters of cluster_x
+ * consecutive blocks (sm_90+; 1: no clusters). */
 template <typename... KArgs, typename... Args>
-static cudaError_t cuda_launch(void (*k)(KArgs...), dim3 grid, dim3 block, size_t smem,
-                               cudaStream_t s, Args... args)
+static cudaError_t cuda_launch_cluster(void (*k)(KArgs...), int cluster_x, dim3 grid, dim3 block,
+                                       size_t smem, cudaStream_t s, Args... args)
 {
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid;
     cfg.blockDim = block;
     cfg.dynamicSmemBytes = smem;
     cfg.stream = s;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchAttribute attr[2];
+    int n = 0;
+    if (cuda_pdl_allowed(s)) {
+        attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attr[n++].val.programmaticStreamSerializationAllowed = 1;
+    }
+    if (cluster_x > 1) {
+        attr[n].id = cudaLaunchAttributeClusterDimension;
+        attr[n].val.clusterDim.x = (unsigned)cluster_x;
+        attr[n].val.clusterDim.y = 1;
+        attr[n++].val.clusterDim.z = 1;
+    }
     cfg.attrs = attr;
-    cfg.numAttrs = cuda_pdl_allowed(s) ? 1 : 0;
+    cfg.numAttrs = n;
     cudaError_t e = cudaLaunchKernelEx(&cfg, k, ((KArgs)args)...);
     if (e == cudaSuccess)
         cuda_pdl_note_launch(s);
     else
         cuda_pdl_barrier();
     return e;
+}
+
+/* Launch k<<<grid, block, smem, s>>>(args...) as described above. */
+template <typename... KArgs, typename... Args>
+static cudaError_t cuda_launch(void (*k)(KArgs...), dim3 grid, dim3 block, size_t smem,
+                               cudaStream_t s, Args... args)
+{
+    return cuda_launch_cluster(k, 1, grid, block, smem, s, args...);
 }
 
 #endif
