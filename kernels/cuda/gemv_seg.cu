@@ -36,11 +36,13 @@
 #define SEG_BLOCKS_PER_SM 3          /* the __launch_bounds__ below (4 spilled at 56 registers) */
 #define SEG_MAX_NT 4                 /* tokens per launch (shared memory) */
 #define SEG_MAX_UNITS 8192           /* row groups per launch (tickets in the workspace) */
-#define SEG_CL_FLOATS 4096           /* partials a block of a cluster launch receives (16 KB) */
+#define SEG_CL_FLOATS 2048           /* partials a block of a cluster launch receives (8 KB) */
 #ifndef SEG_CL_MAX
-#define SEG_CL_MAX 8                 /* blocks a cluster may have (the portable size) */
+#define SEG_CL_MAX 8                 /* segments a cluster launch may have: the portable cluster
+                                      * size (docs/PERF.md, eighth session: clusters of 12 made
+                                      * the 9B decode slower, and so did a block walking 2 of
+                                      * them in a cluster of 6, so ffn_down keeps the tickets) */
 #endif
-#define SEG_SPAN_MAX 3               /* segments one block of a cluster launch may walk */
 
 /* The cluster launch's exchange (sm_90+): v into the shared memory of block
  * rank of this block's cluster, at the address local has in this block. */
@@ -220,21 +222,17 @@ static __device__ __forceinline__ void seg_addnorm_prologue(const struct cuda_mm
 /* XS: one token, x quantized in shared memory through a prologue; AN: the
  * add_rmsnorm prologue (its own instance: it needs more registers and a
  * barrier, which the other one-token GEMVs should not pay for).
- * CL (sm_90+): the n_blk blocks of a row-group sequence form a cluster, and
+ * CL (sm_90+): the n_seg blocks of a row-group sequence form a cluster, and
  * the partials go through distributed shared memory instead of the
- * workspace and tickets: the tail warp stores group i's partial of segment
- * seg into the block of rank i % n_blk (slot (i / n_blk) n_seg + seg), one
- * cluster barrier after the last group, then each block adds up the groups
- * it received in segment order. The same bits; what goes is the fence,
- * atomic and global round trip that ended every launch (~2 us a call, docs/
- * PERF.md eighth session). A block of rank r walks `span` consecutive
- * segments (r span ...) of each of its groups, so that a long K (12 or 17
- * segments) still fits a cluster of at most 8 blocks: clusters of 12 were
- * measured slower, as a whole GPC-local set of slots must come free at once
- * behind the previous kernel. Tickets: span = 1, n_blk = n_seg. */
+ * workspace and tickets: the tail warp stores group i's partial into the
+ * block of rank i % n_seg (slot (i / n_seg) n_seg + seg), one cluster
+ * barrier after the last group, then each block adds up the groups it
+ * received in segment order. The same bits; what goes is the fence, atomic
+ * and global round trip that ended every launch (~2 us a call, docs/
+ * PERF.md eighth session). */
 template <int NT, bool XS, bool AN, bool CL = false>
 static __global__ void __launch_bounds__(SEG_THREADS, SEG_BLOCKS_PER_SM)
-    gemv_seg_kernel(struct mm_parts ps, int units, int n_seg, int span, const float *x,
+    gemv_seg_kernel(struct mm_parts ps, int units, int n_seg, const float *x,
                     struct cuda_mm_pro pro, const int8_t *xq, const float *xd, int n_in, int nb,
                     float *part, int *tickets)
 {
@@ -242,21 +240,20 @@ static __global__ void __launch_bounds__(SEG_THREADS, SEG_BLOCKS_PER_SM)
     __shared__ float terms[2][SEG][NT][32];   /* block dots, exact as float */
     __shared__ float wscale[2][SEG][32];      /* d_w of (block, row) */
     __shared__ float xscale[2][SEG][NT];      /* d_x of (block, token) */
-    __shared__ __align__(16) int8_t xs[XS ? (CL ? SEG_SPAN_MAX : 1) * SEG * 32 : 16];
-    __shared__ float xds[XS ? (CL ? SEG_SPAN_MAX : 1) * SEG : 1];
+    __shared__ __align__(16) int8_t xs[XS ? NT * SEG * 32 : 16];
+    __shared__ float xds[XS ? NT * SEG : 1];
     __shared__ float ssw[AN ? 32 : 1];
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     bool tail = warp == SEG_WARPS;
-    span = CL ? span : 1;   /* known to the compiler in the ticket instances */
-    int n_blk = (n_seg + span - 1) / span, ustride = gridDim.x / n_blk;
-    int rank = blockIdx.x % n_blk, unit = blockIdx.x / n_blk;
-    int s0 = rank * span, ns = n_seg - s0 < span ? n_seg - s0 : span;   /* my segments */
+    int ustride = gridDim.x / n_seg;
+    int seg = blockIdx.x % n_seg, unit = blockIdx.x / n_seg;
+    int b0 = seg * SEG, cn = nb - b0 < SEG ? nb - b0 : SEG;
 
     /* the first group's weights in flight first */
     int4 wv0[SEG_BPW], wv1[SEG_BPW];
     float wd[SEG_BPW];
     if (!tail)
-        seg_load(ps, unit, nb, s0 * SEG, warp, lane, wv0, wv1, wd);
+        seg_load(ps, unit, nb, b0, warp, lane, wv0, wv1, wd);
     if (CL)
         seg_cl_arrive();
     cuda_pdl_enter();   /* launch.cuh: x, the workspace and y only from here */
@@ -268,23 +265,15 @@ static __global__ void __launch_bounds__(SEG_THREADS, SEG_BLOCKS_PER_SM)
         if (!tail)
             seg_addnorm_sums(pro, x, n_in, warp, lane, ssw);
         __syncthreads();
-    }
-    for (int s = 0; XS && !tail && s < ns; s++) {   /* my segments of pro(x), quantized */
-        int b0 = (s0 + s) * SEG, cn = nb - b0 < SEG ? nb - b0 : SEG;
-        if (AN)
-            seg_addnorm_prologue(pro, x, n_in, b0, cn, warp, lane, blockIdx.x < n_blk, ssw,
-                                 xs + s * SEG * 32, xds + s * SEG);
-        else
-            seg_prologue(pro, x, b0, cn, warp, lane, xs + s * SEG * 32, xds + s * SEG);
+        if (!tail)
+            seg_addnorm_prologue(pro, x, n_in, b0, cn, warp, lane, blockIdx.x < n_seg, ssw, xs,
+                                 xds);
+    } else if (XS && !tail) {   /* quantize this segment of pro(x) into shared memory */
+        seg_prologue(pro, x, b0, cn, warp, lane, xs, xds);
     }
     if (XS)
         __syncthreads();
-    /* items (group unit, segment s0 + s): s inner; gi counts groups */
-    int s = 0, s_nx = 0, u_nx = 0;
-    for (int it = 0, gi = 0; unit < units; it ^= 1, gi += s_nx == 0, s = s_nx, unit = u_nx) {
-        int seg = s0 + s, b0 = seg * SEG, cn = nb - b0 < SEG ? nb - b0 : SEG;
-        s_nx = s + 1 < ns ? s + 1 : 0;
-        u_nx = s_nx ? unit : unit + ustride;
+    for (int it = 0, gi = 0; unit < units; unit += ustride, it ^= 1, gi++) {
         if (!tail) {
 #pragma unroll
             for (int j = 0; j < SEG_BPW; j++) {
@@ -295,11 +284,11 @@ static __global__ void __launch_bounds__(SEG_THREADS, SEG_BLOCKS_PER_SM)
                 for (int t = 0; t < NT; t++) {
                     int4 x0, x1;
                     float dx;
-                    if (XS) {   /* NT = 1 */
-                        const int4 *xv = (const int4 *)(xs + (s * SEG + k) * 32);
+                    if (XS) {
+                        const int4 *xv = (const int4 *)(xs + (t * SEG + k) * 32);
                         x0 = xv[0];
                         x1 = xv[1];
-                        dx = xds[s * SEG + k];
+                        dx = xds[t * SEG + k];
                     } else {
                         const int4 *xv = (const int4 *)(xq + (size_t)t * n_in + (size_t)b * 32);
                         x0 = __ldg(xv);
@@ -313,8 +302,8 @@ static __global__ void __launch_bounds__(SEG_THREADS, SEG_BLOCKS_PER_SM)
                 }
                 wscale[it][k][lane] = wd[j];
             }
-            if (u_nx < units)   /* the next item's weights fly from here */
-                seg_load(ps, u_nx, nb, (s0 + s_nx) * SEG, warp, lane, wv0, wv1, wd);
+            if (unit + ustride < units)   /* the next group's weights fly from here */
+                seg_load(ps, unit + ustride, nb, b0, warp, lane, wv0, wv1, wd);
         }
         /* terms[it] complete; the tail warp is done with terms[it ^ 1] */
         __syncthreads();
@@ -344,7 +333,7 @@ static __global__ void __launch_bounds__(SEG_THREADS, SEG_BLOCKS_PER_SM)
                 if (row < n_out)
                     y[(size_t)t * n_out + row] = __fadd_rn(0.0f, p);
             } else if (CL) {
-                seg_cl_store(&recv[gi / n_blk * n_seg + seg][t][lane], gi % n_blk, p);
+                seg_cl_store(&recv[gi / n_seg * n_seg + seg][t][lane], gi % n_seg, p);
             } else {
                 __stcg(part + (((size_t)unit * n_seg + seg) * NT + t) * 32 + lane, p);
             }
@@ -352,11 +341,11 @@ static __global__ void __launch_bounds__(SEG_THREADS, SEG_BLOCKS_PER_SM)
     }
     if (n_seg == 1)
         return;
-    int unit0 = blockIdx.x / n_blk, n_mine = (units - unit0 + ustride - 1) / ustride;
-    if (CL) {   /* the groups gi = rank, rank + n_blk, ... of this block's sequence */
+    int unit0 = blockIdx.x / n_seg, n_mine = (units - unit0 + ustride - 1) / ustride;
+    if (CL) {   /* the groups gi = seg, seg + n_seg, ... of this block's sequence */
         seg_cl_sync();
-        for (int j = warp; j * n_blk + rank < n_mine; j += SEG_WARPS + 1) {
-            int u = unit0 + (j * n_blk + rank) * ustride;
+        for (int j = warp; j * n_seg + seg < n_mine; j += SEG_WARPS + 1) {
+            int u = unit0 + (j * n_seg + seg) * ustride;
             int pi = mm_part_find(ps, u);
             int row = (u - ps.p[pi].unit_begin) * 32 + lane, n_out = ps.p[pi].n_out;
             for (int t = 0; t < NT; t++) {
@@ -495,8 +484,83 @@ static cudaError_t seg_launch_nt(const struct mm_parts &ps, int units, int n_seg
                                  const float *xd, int n_in, int nb, float *part, int *tickets,
                                  cudaStream_t s)
 {
-    return cuda_launch(gemv_seg_kernel<NT, XS, AN>, grid, SEG_THREADS, 0, s, ps, units, n_seg, 1,
-                       x, pro, xq, xd, n_in, nb, part, tickets);
+    return cuda_launch(gemv_seg_kernel<NT, XS, AN>, grid, SEG_THREADS, 0, s, ps, units, n_seg, x,
+                       pro, xq, xd, n_in, nb, part, tickets);
+}
+
+/* ---- the cluster launch (sm_90+) ---- */
+
+#ifndef SEG_CLUSTERS
+#define SEG_CLUSTERS 1   /* 0: always the tickets (a build option for A/B runs) */
+#endif
+
+/* Clusters of n_seg blocks of this instance that can be resident at once on
+ * the current device (cached; 0: none, cluster launches not possible). */
+template <int NT, bool XS, bool AN>
+static int seg_max_clusters(int n_seg)
+{
+    static int cached[16][SEG_CL_MAX + 1];   /* + 1; 0: not asked yet */
+    int dev = 0, major = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 16 || n_seg > SEG_CL_MAX)
+        return 0;
+    pthread_mutex_lock(&g_ws_mu);
+    int n = cached[dev][n_seg] - 1;
+    pthread_mutex_unlock(&g_ws_mu);
+    if (n >= 0)
+        return n;
+    n = 0;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
+        major >= 9) {
+        cudaLaunchConfig_t cfg = {};
+        cudaLaunchAttribute attr[1];
+        cfg.gridDim = dim3(n_seg);
+        cfg.blockDim = dim3(SEG_THREADS);
+        attr[0].id = cudaLaunchAttributeClusterDimension;
+        attr[0].val.clusterDim.x = (unsigned)n_seg;
+        attr[0].val.clusterDim.y = 1;
+        attr[0].val.clusterDim.z = 1;
+        cfg.attrs = attr;
+        cfg.numAttrs = 1;
+        if (cudaOccupancyMaxActiveClusters(&n, gemv_seg_kernel<NT, XS, AN, true>, &cfg) !=
+            cudaSuccess)
+            n = 0;
+    }
+    (void)cudaGetLastError();   /* a refusal only means the tickets */
+    LOG_DEBUG("cuda", "segmented GEMV: clusters of %d blocks (%d tokens): %d resident", n_seg, NT,
+              n);
+    pthread_mutex_lock(&g_ws_mu);
+    cached[dev][n_seg] = n + 1;
+    pthread_mutex_unlock(&g_ws_mu);
+    return n;
+}
+
+/* Launches the cluster form when it applies (2..SEG_CL_MAX segments, every
+ * block's received partials within recv, the clusters resident at once):
+ * cudaSuccess, or cudaErrorNotSupported (nothing queued: use the tickets). */
+template <int NT, bool XS, bool AN>
+static cudaError_t seg_launch_cluster(const struct mm_parts &ps, int units, int n_seg,
+                                      int per_seg, const float *x, const struct cuda_mm_pro &pro,
+                                      const int8_t *xq, const float *xd, int n_in, int nb,
+                                      cudaStream_t s)
+{
+    if (!SEG_CLUSTERS || n_seg < 2 || n_seg > SEG_CL_MAX)
+        return cudaErrorNotSupported;
+    int max_cl = seg_max_clusters<NT, XS, AN>(n_seg);
+    per_seg = per_seg < max_cl ? per_seg : max_cl;
+    if (per_seg < 1)
+        return cudaErrorNotSupported;
+    int rounds = (units + per_seg - 1) / per_seg;   /* groups a block walks */
+    if ((rounds + n_seg - 1) / n_seg * n_seg * NT * 32 > SEG_CL_FLOATS)
+        return cudaErrorNotSupported;
+    int grid = (units + rounds - 1) / rounds * n_seg;
+    cudaError_t e = cuda_launch_cluster(gemv_seg_kernel<NT, XS, AN, true>, n_seg, grid,
+                                        SEG_THREADS, 0, s, ps, units, n_seg, x, pro, xq, xd,
+                                        n_in, nb, (float *)NULL, (int *)NULL);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return cudaErrorNotSupported;
+    }
+    return e;
 }
 
 /* Streaming multiprocessors of the current device (cached per device). */
@@ -514,85 +578,6 @@ static int seg_sm_count(void)
         cached[dev] = n;
     }
     return cached[dev];
-}
-
-/* ---- the cluster launch (sm_90+) ---- */
-
-#ifndef SEG_CLUSTERS
-#define SEG_CLUSTERS 1   /* 0: always the tickets (a build option for A/B runs) */
-#endif
-
-/* Clusters of n_blk blocks of this instance that can be resident at once on
- * the current device (cached; 0: none, cluster launches not possible). */
-template <int NT, bool XS, bool AN>
-static int seg_max_clusters(int n_blk)
-{
-    static int cached[16][SEG_CL_MAX + 1];   /* + 1; 0: not asked yet */
-    int dev = 0, major = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 16 || n_blk > SEG_CL_MAX)
-        return 0;
-    pthread_mutex_lock(&g_ws_mu);
-    int n = cached[dev][n_blk] - 1;
-    pthread_mutex_unlock(&g_ws_mu);
-    if (n >= 0)
-        return n;
-    n = 0;
-    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
-        major >= 9) {
-        cudaLaunchConfig_t cfg = {};
-        cudaLaunchAttribute attr[1];
-        cfg.gridDim = dim3(n_blk);
-        cfg.blockDim = dim3(SEG_THREADS);
-        attr[0].id = cudaLaunchAttributeClusterDimension;
-        attr[0].val.clusterDim.x = (unsigned)n_blk;
-        attr[0].val.clusterDim.y = 1;
-        attr[0].val.clusterDim.z = 1;
-        cfg.attrs = attr;
-        cfg.numAttrs = 1;
-        if (cudaOccupancyMaxActiveClusters(&n, gemv_seg_kernel<NT, XS, AN, true>, &cfg) !=
-            cudaSuccess)
-            n = 0;
-    }
-    (void)cudaGetLastError();   /* a refusal only means the tickets */
-    LOG_DEBUG("cuda", "segmented GEMV: clusters of %d blocks (%d tokens): %d resident", n_blk, NT,
-              n);
-    pthread_mutex_lock(&g_ws_mu);
-    cached[dev][n_blk] = n + 1;
-    pthread_mutex_unlock(&g_ws_mu);
-    return n;
-}
-
-/* Launches the cluster form when it applies (2..SEG_CL_MAX blocks of at
- * most SEG_SPAN_MAX segments each, every block's received partials within
- * recv, the clusters resident at once): cudaSuccess, or
- * cudaErrorNotSupported (nothing queued: use the tickets). */
-template <int NT, bool XS, bool AN>
-static cudaError_t seg_launch_cluster(const struct mm_parts &ps, int units, int n_seg,
-                                      const float *x, const struct cuda_mm_pro &pro,
-                                      const int8_t *xq, const float *xd, int n_in, int nb,
-                                      cudaStream_t s)
-{
-    int span = (n_seg + SEG_CL_MAX - 1) / SEG_CL_MAX;
-    int n_blk = (n_seg + span - 1) / span;
-    if (!SEG_CLUSTERS || n_seg < 2 || span > SEG_SPAN_MAX)
-        return cudaErrorNotSupported;
-    int max_cl = seg_max_clusters<NT, XS, AN>(n_blk);
-    int per_seg = seg_sm_count() * SEG_BLOCKS_PER_SM / n_blk;
-    per_seg = per_seg < max_cl ? per_seg : max_cl;
-    if (per_seg < 1)
-        return cudaErrorNotSupported;
-    int rounds = (units + per_seg - 1) / per_seg;   /* groups a block walks */
-    if ((rounds + n_blk - 1) / n_blk * n_seg * NT * 32 > SEG_CL_FLOATS)
-        return cudaErrorNotSupported;
-    int grid = (units + rounds - 1) / rounds * n_blk;
-    cudaError_t e = cuda_launch_cluster(gemv_seg_kernel<NT, XS, AN, true>, n_blk, grid,
-                                        SEG_THREADS, 0, s, ps, units, n_seg, span, x, pro, xq,
-                                        xd, n_in, nb, (float *)NULL, (int *)NULL);
-    if (e != cudaSuccess) {
-        (void)cudaGetLastError();
-        return cudaErrorNotSupported;
-    }
-    return e;
 }
 
 cudaError_t gemv_seg_launch(int nt, const struct mm_parts &ps, int units, const float *x,
@@ -619,20 +604,20 @@ cudaError_t gemv_seg_launch(int nt, const struct mm_parts &ps, int units, const 
                                xq + (size_t)SEG_MAX_NT * n_in, xd + (size_t)SEG_MAX_NT * nb, n_in,
                                nb, false, s);
     }
-    cudaError_t e = cudaErrorNotSupported;   /* sm_90+: the cluster form first */
-    if (xs && pro.kind == CUDA_MM_PRO_ADD_RMSNORM)
-        e = seg_launch_cluster<1, true, true>(ps, units, n_seg, x, pro, xq, xd, n_in, nb, s);
-    else if (xs)
-        e = seg_launch_cluster<1, true, false>(ps, units, n_seg, x, pro, xq, xd, n_in, nb, s);
-    else if (nt == 1)
-        e = seg_launch_cluster<1, false, false>(ps, units, n_seg, x, pro, xq, xd, n_in, nb, s);
-    else if (nt == 2)
-        e = seg_launch_cluster<2, false, false>(ps, units, n_seg, x, pro, xq, xd, n_in, nb, s);
-    if (e != cudaErrorNotSupported)
-        return e;
     /* blocks per segment: at most one resident wave, the groups spread evenly */
     int per_seg = seg_sm_count() * SEG_BLOCKS_PER_SM / n_seg;
     per_seg = per_seg < 1 ? 1 : per_seg;
+    cudaError_t e = cudaErrorNotSupported;
+    if (xs && pro.kind == CUDA_MM_PRO_ADD_RMSNORM)
+        e = seg_launch_cluster<1, true, true>(ps, units, n_seg, per_seg, x, pro, xq, xd, n_in, nb, s);
+    else if (xs)
+        e = seg_launch_cluster<1, true, false>(ps, units, n_seg, per_seg, x, pro, xq, xd, n_in, nb, s);
+    else if (nt == 1)
+        e = seg_launch_cluster<1, false, false>(ps, units, n_seg, per_seg, x, pro, xq, xd, n_in, nb, s);
+    else if (nt == 2)
+        e = seg_launch_cluster<2, false, false>(ps, units, n_seg, per_seg, x, pro, xq, xd, n_in, nb, s);
+    if (e != cudaErrorNotSupported)
+        return e;
     int rounds = (units + per_seg - 1) / per_seg;
     int grid = (units + rounds - 1) / rounds * n_seg;
     float *part = NULL;
