@@ -137,10 +137,10 @@ static void test_edge_ring(void)
         /* a wrong step id is refused */
         CHECK_EQ_INT(edge_read(e, note.slot, note.step + 1000, out, &n, &err), CS_EPROTO);
         CHECK(strstr(err.msg, "expected step") != NULL);
+        /* (that a released slot can be neither read nor released again is
+         * checked in test_edge_direct_and_abort: here the blocked writer may
+         * take the slot back and publish the next step in it at once) */
         CHECK_EQ_INT(edge_release(e, note.slot), CS_OK);
-        /* a released slot can not be read again nor released twice */
-        CHECK_EQ_INT(edge_read(e, note.slot, note.step, out, &n, &err), CS_EPROTO);
-        CHECK_EQ_INT(edge_release(e, note.slot), CS_EINVAL);
         got++;
     }
     CHECK_EQ_INT(got, N_STEPS);
@@ -249,6 +249,9 @@ static void test_edge_direct_and_abort(void)
     /* the ring wraps to the slot still held by the reader, then past it once released */
     CHECK_EQ_INT(edge_slot_acquire(w, &slot2), CS_EAGAIN);
     CHECK_EQ_INT(edge_release(r, slot), CS_OK);
+    /* a released slot can not be read again nor released twice */
+    CHECK_EQ_INT(edge_peek(r, slot, 9, &data, &n, &err), CS_EPROTO);
+    CHECK_EQ_INT(edge_release(r, slot), CS_EINVAL);
     CHECK_EQ_INT(edge_slot_acquire(w, &slot2), CS_OK);
     CHECK_EQ_INT(slot2, slot);
     CHECK_EQ_INT(edge_slot_acquire(w, &slot2), CS_OK);       /* the aborted one is FREE */
