@@ -495,15 +495,19 @@ static cudaError_t seg_launch_nt(const struct mm_parts &ps, int units, int n_seg
 #endif
 
 /* Clusters of n_seg blocks of this instance that can be resident at once on
- * the current device (cached; 0: none, cluster launches not possible). */
+ * the current device (cached; 0: none, cluster launches not possible).
+ * refuse: a cluster launch failed; answer 0 from now on, so that the
+ * failure is met once, in an eager step, never inside a graph capture. */
 template <int NT, bool XS, bool AN>
-static int seg_max_clusters(int n_seg)
+static int seg_max_clusters(int n_seg, bool refuse = false)
 {
     static int cached[16][SEG_CL_MAX + 1];   /* + 1; 0: not asked yet */
     int dev = 0, major = 0;
     if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 16 || n_seg > SEG_CL_MAX)
         return 0;
     pthread_mutex_lock(&g_ws_mu);
+    if (refuse)
+        cached[dev][n_seg] = 1;
     int n = cached[dev][n_seg] - 1;
     pthread_mutex_unlock(&g_ws_mu);
     if (n >= 0)
@@ -558,6 +562,9 @@ static cudaError_t seg_launch_cluster(const struct mm_parts &ps, int units, int 
                                         n_in, nb, (float *)NULL, (int *)NULL);
     if (e != cudaSuccess) {
         (void)cudaGetLastError();
+        LOG_WARN("cuda", "segmented GEMV: a cluster launch of %d blocks failed (%s); tickets from "
+                 "now on", n_seg, cudaGetErrorString(e));
+        seg_max_clusters<NT, XS, AN>(n_seg, true);
         return cudaErrorNotSupported;
     }
     return e;
