@@ -12,11 +12,13 @@
  * groups.
  *
  * Numerics (kernels/numerics.h): each block folds its segment's blocks in
- * increasing order into p = fma(d_w * d_x, isum, p); p goes to a per-stream
- * workspace; the last
- * block of a row group to finish (an atomic ticket per group, reset by that
- * block for the next launch or graph replay) adds the groups' p in segment
- * order. So the result is bitwise the plain GEMV's and the GEMM's. */
+ * increasing order into p = fma(d_w * d_x, isum, p); the groups' p are then
+ * added in segment order by one block, so the result is bitwise the plain
+ * GEMV's and the GEMM's. How the p meet: on sm_90+ (one or two tokens, at
+ * most SEG_CL_MAX segments) through the shared memory of a thread-block
+ * cluster (gemv_seg_kernel's CL); otherwise through a per-stream workspace,
+ * where the last block of a row group to finish (an atomic ticket per group,
+ * reset by that block for the next launch or graph replay) adds them. */
 #include <pthread.h>
 
 #include "../../common/log.h"
