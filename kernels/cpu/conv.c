@@ -4,7 +4,8 @@
  * For channel c of a sequence, the window is the slot's K-1 stored pre-conv
  * columns (oldest first) followed by the sequence's tokens; token t gets
  *     y[t][c] = silu(w[c][0] col[t-K+1][c] + ... + w[c][K-1] col[t][c])
- * summed in j order in fp32. Afterwards the slot holds the last K-1 pre-conv
+ * summed in j order as an fmaf chain from 0 (kernels/cuda/conv.cu's FFMA
+ * chain: the same bits). Afterwards the slot holds the last K-1 pre-conv
  * columns. Work items are (sequence, block of channels). */
 #include "../../common/log.h"
 #include "../../common/status.h"
@@ -35,8 +36,8 @@ static void conv_channel(const struct conv_job *job, int s, int c)
         float xt = job->x[(size_t)t * C + c];
         float acc = 0.0f;
         for (int j = 0; j < K - 1; j++)
-            acc += w[j] * hist[j];
-        acc += w[K - 1] * xt;
+            acc = fmaf(w[j], hist[j], acc);
+        acc = fmaf(w[K - 1], xt, acc);
         job->y[(size_t)t * C + c] = cpu_silu(acc);
         for (int j = 0; j + 1 < K - 1; j++)
             hist[j] = hist[j + 1];

@@ -4,8 +4,18 @@
  *
  * Fixed arithmetic order (the root of batch and thread-count invariance):
  * every reduction below runs in one documented order per output element, in
- * fp32, on one thread. cpu_dot is the one dot product: 8 lanes, lane j sums
- * the products i = j mod 8 in ascending i, then ((l0+l1)+(l2+l3))+((l4+l5)+(l6+l7)). */
+ * fp32, on one thread. cpu_dot is the fp32 path's dot product: 8 lanes, lane j
+ * sums the products i = j mod 8 in ascending i, then
+ * ((l0+l1)+(l2+l3))+((l4+l5)+(l6+l7)).
+ *
+ * Bitwise agreement with the CUDA backend: everything between two int8
+ * quantizations (norms, SiLU, sigmoid, the GDN recurrence, the conv, RoPE,
+ * attention) follows the CUDA kernels' arithmetic step for step: their
+ * lane-by-lane FFMA chains (fmaf here; the files compile with
+ * -ffp-contract=off, so a plain a * b + c stays two roundings), their
+ * shuffle-tree sums (cpu_warp_sum) and kernels/exact_math.h for exp, log1p,
+ * division and square roots. Each op file names the kernel it mirrors; a
+ * change on either side must change the other (tests/gpu compares bitwise). */
 #ifndef CS_KERNELS_CPU_CPU_H
 #define CS_KERNELS_CPU_CPU_H
 
@@ -15,6 +25,7 @@
 #include <stdint.h>
 
 #include "../../common/half.h"
+#include "../exact_math.h"
 #include "../ops.h"
 #include "threadpool.h"
 
@@ -63,24 +74,66 @@ static inline float cpu_dot(const float *a, const float *b, int64_t n)
 
 static inline float cpu_sigmoid(float x)
 {
-    return 1.0f / (1.0f + expf(-x));
+    return xm_sigmoid(x);
 }
 
 static inline float cpu_silu(float x)
 {
-    return x / (1.0f + expf(-x));
+    return xm_silu(x);
 }
 
 /* torch.nn.functional.softplus with beta 1, threshold 20. */
 static inline float cpu_softplus(float x)
 {
-    return x > 20.0f ? x : log1pf(expf(x));
+    return xm_softplus(x);
 }
 
-/* 1 / sqrt(mean(x^2) + eps) over n values, the RMSNorm scale. */
-static inline float cpu_rms_scale(const float *x, int64_t n, float eps)
+/* The value kernels/cuda/cuda_util.cuh's warp_sum leaves in every lane, for
+ * lane values v[0..31] (overwritten): the xor butterfly with offsets 16, 8,
+ * 4, 2, 1, lane l adding lane l + o's value (the lanes l and l ^ o hold the
+ * same sum, fp addition being commutative). */
+static inline float cpu_warp_sum(float *v)
 {
-    return 1.0f / sqrtf(cpu_dot(x, x, n) / (float)n + eps);
+    for (int o = 16; o > 0; o >>= 1)
+        for (int l = 0; l < o; l++)
+            v[l] = v[l] + v[l + o];
+    return v[0];
+}
+
+/* The sum of squares of x[0..n) as the CUDA norms form it with T lanes
+ * (T = 32: one warp, the per-head norms; T = 1024: a block of 32 warps,
+ * rms_row.cuh's row norm): lane t's FFMA chain over x[t], x[t + T], ...,
+ * warp_sum of each 32 lanes, then (T > 32) warp_sum of the warp sums
+ * (block_sum, padded with zeros to 32). T is 32 or a multiple of 32 up to
+ * 1024. */
+static inline float cpu_sumsq_lanes(const float *x, int64_t n, int T)
+{
+    float lanes[32], warps[32];
+    int nw = T / 32;
+    for (int w = 0; w < nw; w++) {
+        for (int l = 0; l < 32; l++) {
+            float p = 0.0f;
+            for (int64_t i = (int64_t)w * 32 + l; i < n; i += T)
+                p = fmaf(x[i], x[i], p);
+            lanes[l] = p;
+        }
+        warps[w] = cpu_warp_sum(lanes);
+    }
+    if (nw == 1)
+        return warps[0];
+    for (int w = nw; w < 32; w++)
+        warps[w] = 0.0f;
+    return cpu_warp_sum(warps);
+}
+
+#define CPU_ROW_NORM_LANES 1024   /* kernels/cuda/rms_row.cuh NORM_THREADS */
+#define CPU_HEAD_NORM_LANES 32    /* one warp per head: rope.cuh, gated_norm.cuh, gdn.cu */
+
+/* The RMSNorm scale of a token row (rmsnorm, add_rmsnorm, the final norm)
+ * and of one head (q/k norms, the GDN gated norm), as the CUDA kernels. */
+static inline float cpu_rms_scale_lanes(const float *x, int64_t n, float eps, int lanes)
+{
+    return xm_rms_scale(cpu_sumsq_lanes(x, n, lanes), (int)n, eps);
 }
 
 /* Convert n values of a row of type (F32, F16, BF16, Q8_0) to fp32. */

@@ -1,7 +1,7 @@
 /* elementwise.c - the element-wise ops and the embedding lookup (ops.h add,
  * silu_mul, sigmoid_gate, embed). Each element is independent, so any split
- * across threads gives the same bits. silu(g) = g / (1 + expf(-g)),
- * sigmoid(g) = 1 / (1 + expf(-g)) (cpu.h). */
+ * across threads gives the same bits. silu and sigmoid are
+ * kernels/exact_math.h's, so these equal kernels/cuda/elementwise.cu's bits. */
 #include "../../common/log.h"
 #include "../../common/status.h"
 #include "cpu.h"

@@ -2,17 +2,28 @@
  * (ops.h gdn; model.md section 5, steps 4-6).
  *
  * Per sequence and value head h (key head h % Gk), tokens in order, fp32:
- *   q = q * (1/sqrtf(sum q^2 + eps)) then q = q * (1/sqrtf(Dk))   (transformers' l2norm)
- *   k = k * (1/sqrtf(sum k^2 + eps))       (sums via cpu_dot)
- *   beta = sigmoid(beta_raw), g = a[h] * softplus(alpha_raw + dt_bias[h])
- *   S[i][j] *= expf(g);   kv[j] = sum_i S[i][j] k[i]        (i ascending)
+ *   q = q * (xm_l2_scale(sum q^2, eps) * (1/sqrt(Dk))), k = k * xm_l2_scale(sum k^2, eps)
+ *   beta = sigmoid(beta_raw), decay = exp(a[h] * softplus(alpha_raw + dt_bias[h]))
+ *   S[i][j] *= decay;   kv[j] = sum_i S[i][j] k[i]
  *   delta[j] = beta * (v[j] - kv[j]);   S[i][j] += k[i] delta[j]
- *   o[j] = sum_i S[i][j] q[i]                                (i ascending)
+ *   o[j] = sum_i S[i][j] q[i]
  * S is [Dk][Dv] in the slot's state. Items are (sequence, value head); one
  * thread runs an item's tokens in order, so results are batch and thread
- * invariant. This is the recurrent form; it is also used for prefill. */
+ * invariant. This is the recurrent form; it is also used for prefill.
+ *
+ * The arithmetic is kernels/cuda/gdn.cu's, bit for bit: the sums of squares
+ * as one warp forms them (cpu_sumsq_lanes), kernels/exact_math.h for the
+ * scalar functions, and each sum over i as that kernel's 16 FFMA chains: the
+ * thread with kq = i % 4 keeps 4 chains by (i / 4) % 4, i.e. chain i % 16
+ * runs over i ascending, then chain sums ((c0 + c4) + (c8 + c12)) for each
+ * kq (written (p0 + p1) + (p2 + p3) there) and the shuffle tree
+ * (kq0 + kq1) + (kq2 + kq3). (The chunked form the GPU takes for sequences
+ * of 512 or more tokens in a step, gdn_chunked.cu, is another arithmetic:
+ * equal within a bound only.) */
 #include "../../common/status.h"
 #include "cpu.h"
+
+#define GDN_CHAINS 16
 
 struct gdn_job {
     struct cpu_ctx *ctx;
@@ -25,9 +36,61 @@ struct gdn_job {
 
 static void l2norm(float *out, const float *x, int n, float eps, float post_scale)
 {
-    float inv = 1.0f / sqrtf(cpu_dot(x, x, n) + eps);
+    float inv = xm_l2_scale(cpu_sumsq_lanes(x, n, 32), eps) * post_scale;
     for (int i = 0; i < n; i++)
-        out[i] = (x[i] * inv) * post_scale;
+        out[i] = x[i] * inv;
+}
+
+/* chains[16][Dv] -> sum[Dv]: per value column, the kernel's chain sums and
+ * shuffle tree (header). */
+static void chain_tree(float *sum, const float *chains, int Dv)
+{
+    for (int j = 0; j < Dv; j++) {
+        float kq[4];
+        for (int q = 0; q < 4; q++)
+            kq[q] = (chains[(size_t)q * Dv + j] + chains[(size_t)(4 + q) * Dv + j]) +
+                    (chains[(size_t)(8 + q) * Dv + j] + chains[(size_t)(12 + q) * Dv + j]);
+        sum[j] = (kq[0] + kq[1]) + (kq[2] + kq[3]);
+    }
+}
+
+/* The hot loops, compiled twice: with FMA instructions where the CPU has
+ * them (fmaf inlined and vectorised) and without (fmaf from libm: correct,
+ * slower); the loader picks one at run time. */
+#if defined(__GNUC__) && defined(__x86_64__) && !defined(__clang__)
+#define GDN_HOT __attribute__((target_clones("fma", "default")))
+#else
+#define GDN_HOT
+#endif
+
+GDN_HOT static void decay_kdot(float *S, float *chains, const float *k, float decay, int Dk,
+                               int Dv)
+{
+    for (size_t n = 0; n < (size_t)GDN_CHAINS * Dv; n++)
+        chains[n] = 0.0f;
+    for (int i = 0; i < Dk; i++) {
+        float *Si = S + (size_t)i * Dv, *c = chains + (size_t)(i % GDN_CHAINS) * Dv;
+        float ki = k[i];
+        for (int j = 0; j < Dv; j++) {
+            Si[j] = Si[j] * decay;
+            c[j] = fmaf(Si[j], ki, c[j]);
+        }
+    }
+}
+
+GDN_HOT static void update_qdot(float *S, float *chains, const float *k, const float *q,
+                                const float *delta, int Dk, int Dv)
+{
+    for (size_t n = 0; n < (size_t)GDN_CHAINS * Dv; n++)
+        chains[n] = 0.0f;
+    for (int i = 0; i < Dk; i++) {
+        float *Si = S + (size_t)i * Dv, *c = chains + (size_t)(i % GDN_CHAINS) * Dv;
+        float ki = k[i], qi = q[i];
+        for (int j = 0; j < Dv; j++) {
+            Si[j] = fmaf(ki, delta[j], Si[j]);
+            c[j] = fmaf(Si[j], qi, c[j]);
+        }
+    }
 }
 
 static void gdn_token(const struct gdn_job *job, float *S, int t, int h, float *scratch)
@@ -36,35 +99,20 @@ static void gdn_token(const struct gdn_job *job, float *S, int t, int h, float *
     int Dk = st->key_dim, Dv = st->value_dim, Gk = st->n_k_heads, Hv = st->n_v_heads;
     const float *yt = job->y + (size_t)t * st->conv_dim;
     int kh = h % Gk;
-    float *q = scratch, *k = q + Dk, *kv = k + Dk;
+    float *q = scratch, *k = q + Dk, *kv = k + Dk, *chains = kv + Dv;
     l2norm(q, yt + (size_t)kh * Dk, Dk, job->eps, 1.0f / sqrtf((float)Dk));
     l2norm(k, yt + (size_t)(Gk + kh) * Dk, Dk, job->eps, 1.0f);
     const float *v = yt + (size_t)2 * Gk * Dk + (size_t)h * Dv;
     float beta = cpu_sigmoid(job->beta_raw[(size_t)t * Hv + h]);
-    float g = job->a[h] * cpu_softplus(job->alpha_raw[(size_t)t * Hv + h] + job->dt_bias[h]);
-    float eg = expf(g);
+    float decay = xm_exp(job->a[h] *
+                         cpu_softplus(job->alpha_raw[(size_t)t * Hv + h] + job->dt_bias[h]));
 
-    for (int j = 0; j < Dv; j++)
-        kv[j] = 0.0f;
-    for (int i = 0; i < Dk; i++) {
-        float *Si = S + (size_t)i * Dv;
-        for (int j = 0; j < Dv; j++) {
-            Si[j] *= eg;
-            kv[j] += Si[j] * k[i];
-        }
-    }
+    decay_kdot(S, chains, k, decay, Dk, Dv);
+    chain_tree(kv, chains, Dv);
     for (int j = 0; j < Dv; j++)
         kv[j] = beta * (v[j] - kv[j]);                 /* now delta */
-    float *o = job->out + (size_t)t * Hv * Dv + (size_t)h * Dv;
-    for (int j = 0; j < Dv; j++)
-        o[j] = 0.0f;
-    for (int i = 0; i < Dk; i++) {
-        float *Si = S + (size_t)i * Dv;
-        for (int j = 0; j < Dv; j++) {
-            Si[j] += k[i] * kv[j];
-            o[j] += Si[j] * q[i];
-        }
-    }
+    update_qdot(S, chains, k, q, kv, Dk, Dv);
+    chain_tree(job->out + (size_t)t * Hv * Dv + (size_t)h * Dv, chains, Dv);
 }
 
 static void gdn_range(void *arg, int64_t begin, int64_t end, int tid)
@@ -93,7 +141,7 @@ int cpu_gdn(struct cs_backend *be, float *out, const float *y, const float *beta
         st->conv_dim != 2 * st->n_k_heads * st->key_dim + st->n_v_heads * st->value_dim)
         return CS_EINVAL;
     struct cpu_ctx *ctx = cpu_ctx_of(be);
-    rc = cpu_scratch_reserve(ctx, 2 * (size_t)st->key_dim + (size_t)st->value_dim);
+    rc = cpu_scratch_reserve(ctx, 2 * (size_t)st->key_dim + (1 + GDN_CHAINS) * (size_t)st->value_dim);
     if (rc != CS_OK)
         return rc;
     struct gdn_job job = {.ctx = ctx, .out = out, .y = y, .beta_raw = beta_raw,

@@ -1,10 +1,13 @@
 /* norm.c - RMSNorm over token rows, the residual add fused with it, and the
  * GDN output's gated RMSNorm per head (ops.h rmsnorm, add_rmsnorm, gated_rmsnorm).
  *
- * scale = 1 / sqrtf(cpu_dot(x, x) / n + eps) (cpu_rms_scale); out = (x * scale) * w,
- * and for the gated form ((x * scale) * w) * silu(z). add_rmsnorm first does
- * x[i] += y[i] over the row (as cpu_add), then the same. Rows are split across
- * threads; each row is computed by one thread in this fixed order. */
+ * scale = xm_rms_scale(sum of squares, n, eps) with the sum formed as the
+ * CUDA kernels form it (cpu_rms_scale_lanes: a token row as rms_row.cuh's
+ * 1024 threads, a gated head as gated_norm.cuh's one warp); out = (x *
+ * scale) * w, and for the gated form ((x * scale) * w) * silu(z): the CUDA
+ * backend's bits. add_rmsnorm first does x[i] += y[i] over the row (as
+ * cpu_add), then the same. Rows are split across threads; each row is
+ * computed by one thread in this fixed order. */
 #include "../../common/status.h"
 #include "cpu.h"
 
@@ -25,7 +28,7 @@ static void rmsnorm_range(void *arg, int64_t begin, int64_t end, int tid)
     for (int64_t t = begin; t < end; t++) {
         const float *x = job->x + t * job->dim;
         float *out = job->out + t * job->dim;
-        float scale = cpu_rms_scale(x, job->dim, job->eps);
+        float scale = cpu_rms_scale_lanes(x, job->dim, job->eps, CPU_ROW_NORM_LANES);
         for (int i = 0; i < job->dim; i++)
             out[i] = (x[i] * scale) * job->w[i];
     }
@@ -50,7 +53,7 @@ static void add_rmsnorm_range(void *arg, int64_t begin, int64_t end, int tid)
         float *out = job->out + t * job->dim;
         for (int i = 0; i < job->dim; i++)
             x[i] += y[i];
-        float scale = cpu_rms_scale(x, job->dim, job->eps);
+        float scale = cpu_rms_scale_lanes(x, job->dim, job->eps, CPU_ROW_NORM_LANES);
         for (int i = 0; i < job->dim; i++)
             out[i] = (x[i] * scale) * job->w[i];
     }
@@ -72,7 +75,7 @@ static void gated_range(void *arg, int64_t begin, int64_t end, int tid)
     for (int64_t r = begin; r < end; r++) {
         float *x = job->out + r * job->dim;
         const float *z = job->z + r * job->dim;
-        float scale = cpu_rms_scale(x, job->dim, job->eps);
+        float scale = cpu_rms_scale_lanes(x, job->dim, job->eps, CPU_HEAD_NORM_LANES);
         for (int i = 0; i < job->dim; i++)
             x[i] = ((x[i] * scale) * job->w[i]) * cpu_silu(z[i]);
     }

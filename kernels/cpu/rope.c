@@ -1,12 +1,14 @@
 /* rope.c - per-head RMSNorm then partial NeoX RoPE of attention q/k heads
  * (ops.h head_norm_rope).
  *
- * For each (token, head): x = (x * scale) * norm_w with scale = cpu_rms_scale
- * over head_dim; then for i < half = rope_dims / 2, with
- * inv_freq = powf(base, -(float)(2 i) / rope_dims) and theta = (float)pos * inv_freq
- * (fp32, as transformers computes it):
- *     x[i]        = x[i] * cos(theta) - x[i + half] * sin(theta)
- *     x[i + half] = x[i + half] * cos(theta) + x[i] * sin(theta)
+ * For each (token, head): x = (x * scale) * norm_w with scale =
+ * cpu_rms_scale_lanes over head_dim (one warp's order, as
+ * kernels/cuda/rope.cuh); then for i < half = rope_dims / 2, with
+ * theta = pos * base^(-2i / rope_dims) and its cosine c and sine s computed
+ * in double and rounded to float (rope.cuh's expressions: an fp32 angle would
+ * be off by hundredths of a radian near 256K),
+ *     x[i]        = x[i] * c - x[i + half] * s
+ *     x[i + half] = x[i + half] * c + x[i] * s      (each product rounded)
  * Dims from rope_dims on are left as normalised. */
 #include <math.h>
 
@@ -24,14 +26,14 @@ struct rope_job {
 
 static void head_apply(const struct rope_job *job, float *x, int32_t pos)
 {
-    float scale = cpu_rms_scale(x, job->head_dim, job->eps);
+    float scale = cpu_rms_scale_lanes(x, job->head_dim, job->eps, CPU_HEAD_NORM_LANES);
     for (int i = 0; i < job->head_dim; i++)
         x[i] = (x[i] * scale) * job->norm_w[i];
     int half = job->rope_dims / 2;
+    double p = (double)pos;
     for (int i = 0; i < half; i++) {
-        float inv_freq = powf(job->rope_base, -(float)(2 * i) / (float)job->rope_dims);
-        float theta = (float)pos * inv_freq;
-        float c = cosf(theta), s = sinf(theta);
+        double theta = p * pow((double)job->rope_base, -2.0 * (double)i / (double)job->rope_dims);
+        float c = (float)cos(theta), s = (float)sin(theta);
         float x0 = x[i], x1 = x[i + half];
         x[i] = x0 * c - x1 * s;
         x[i + half] = x1 * c + x0 * s;

@@ -66,7 +66,7 @@ static __global__ void k_conv1d_out(float *y, const float *x, const float *w,
         float acc = 0.0f;
 #pragma unroll
         for (int j = 0; j < CONV_K; j++)
-            acc += wc[j] * col[u][j];
+            acc = __fmaf_rn(wc[j], col[u][j], acc);   /* kernels/cpu/conv.c: fmaf */
         y[(size_t)(tb + u) * conv_dim + c] = silu_f(acc);
     }
 }
@@ -125,7 +125,7 @@ static __global__ void k_conv1d_step(float *y, const float *x, const float *w, f
     float acc = 0.0f;
 #pragma unroll
     for (int j = 0; j < CONV_K; j++)
-        acc += w[c * CONV_K + j] * col[j];
+        acc = __fmaf_rn(w[c * CONV_K + j], col[j], acc);
     y[(size_t)t * conv_dim + c] = silu_f(acc);
 #pragma unroll
     for (int j = 0; j < CONV_K - 1; j++)

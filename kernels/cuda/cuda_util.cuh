@@ -12,6 +12,7 @@
 
 #include "../../common/log.h"
 #include "../../common/status.h"
+#include "../exact_math.h"
 
 /* Evaluate a CUDA runtime call; on failure log the call, file and line and
  * return CS_ECUDA from the enclosing function (which must return int). */
@@ -73,14 +74,17 @@ static __device__ __forceinline__ float block_max(float v, float *scratch)
     return warp_max(v);
 }
 
+/* SiLU and sigmoid as kernels/exact_math.h defines them, the same bits as
+ * the CPU backend's (fast math would make x / (1 + expf(-x)) MUFU
+ * approximations the CPU cannot reproduce). */
 static __device__ __forceinline__ float silu_f(float x)
 {
-    return x / (1.0f + expf(-x));
+    return xm_silu(x);
 }
 
 static __device__ __forceinline__ float sigmoid_f(float x)
 {
-    return 1.0f / (1.0f + expf(-x));
+    return xm_sigmoid(x);
 }
 
 static inline unsigned cs_div_up(size_t a, size_t b)

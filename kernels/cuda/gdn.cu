@@ -10,6 +10,9 @@
  * GDN_CHUNKED_MIN_TOKENS tokens in the step: measured faster there, slower
  * on short ones). Reductions over key rows are a fixed 4-lane shuffle tree
  * (batch invariant: a sequence's path depends on its own token count only).
+ * kernels/cpu/gdn.c reproduces this arithmetic bit for bit (every FFMA, the
+ * 4-chain split, the shuffle tree, kernels/exact_math.h's exp, softplus,
+ * sigmoid and L2 scale); a change here must change it there.
  *
  * Tokens are staged GDN_TB at a time: each warp loads the raw q, k, v, beta
  * and alpha of its GDN_TB / 4 tokens into registers (all loads in flight at
@@ -53,10 +56,6 @@ struct gdn_raw {
     float beta[GDN_TPW], alpha[GDN_TPW];
 };
 
-static __device__ __forceinline__ float softplus_f(float x)
-{
-    return x > 20.0f ? x : log1pf(expf(x));
-}
 
 /* Token tb0 + warp + 4 i of the batch, for i < GDN_TPW, while below t1. */
 static __device__ __forceinline__ void gdn_load(struct gdn_raw &r, const struct gdn_args &g,
@@ -91,13 +90,12 @@ static __device__ __forceinline__ void gdn_norm_store(float *dst, const float (&
     float ss = 0.0f;
 #pragma unroll
     for (int e = 0; e < 4; e++)
-        ss += v[e] * v[e];
+        ss = __fmaf_rn(v[e], v[e], ss);
     ss = warp_sum(ss);
-    float inv = 1.0f / sqrtf(ss + eps);
-    inv *= extra;
+    float inv = __fmul_rn(xm_l2_scale(ss, eps), extra);
 #pragma unroll
     for (int e = 0; e < 4; e++)
-        dst[lane + 32 * e] = v[e] * inv;
+        dst[lane + 32 * e] = __fmul_rn(v[e], inv);
 }
 
 /* Normalise the loaded tokens into the batch buffer. */
@@ -111,12 +109,12 @@ static __device__ __forceinline__ void gdn_store(struct gdn_tok *buf, const stru
         if (tb0 + bt >= t1)
             break;
         struct gdn_tok *b = &buf[bt];
-        gdn_norm_store(b->q, r.q[i], g.eps, 1.0f / sqrtf((float)GDN_DK));
+        gdn_norm_store(b->q, r.q[i], g.eps, XM_DIV(1.0f, XM_SQRT((float)GDN_DK)));
         gdn_norm_store(b->k, r.k[i], g.eps, 1.0f);
         b->v[lane] = r.v[i];
         if (lane == 0) {
             b->beta = sigmoid_f(r.beta[i]);
-            b->decay = expf(g.a[h] * softplus_f(r.alpha[i] + g.dt_bias[h]));
+            b->decay = xm_exp(__fmul_rn(g.a[h], xm_softplus(__fadd_rn(r.alpha[i], g.dt_bias[h]))));
         }
     }
 }
@@ -157,8 +155,8 @@ static __global__ void __launch_bounds__(GDN_THREADS)
             float kp[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
             for (int r = 0; r < GDN_DK / 4; r++) {
-                S[r] *= decay;
-                kp[r & 3] += S[r] * b->k[4 * r + kq];
+                S[r] = __fmul_rn(S[r], decay);
+                kp[r & 3] = __fmaf_rn(S[r], b->k[4 * r + kq], kp[r & 3]);
             }
             float kvp = (kp[0] + kp[1]) + (kp[2] + kp[3]);
             float kv = kvp + __shfl_xor_sync(CS_FULL_MASK, kvp, 1);
@@ -167,8 +165,8 @@ static __global__ void __launch_bounds__(GDN_THREADS)
             float op[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
             for (int r = 0; r < GDN_DK / 4; r++) {
-                S[r] += b->k[4 * r + kq] * delta;
-                op[r & 3] += S[r] * b->q[4 * r + kq];
+                S[r] = __fmaf_rn(b->k[4 * r + kq], delta, S[r]);
+                op[r & 3] = __fmaf_rn(S[r], b->q[4 * r + kq], op[r & 3]);
             }
             float o4 = (op[0] + op[1]) + (op[2] + op[3]);
             float o = o4 + __shfl_xor_sync(CS_FULL_MASK, o4, 1);

@@ -83,7 +83,7 @@ struct gdnc_args {
 
 static __device__ __forceinline__ float gdnc_softplus(float x)
 {
-    return x > 20.0f ? x : log1pf(expf(x));
+    return xm_softplus(x);   /* kernels/exact_math.h, as gdn.cu */
 }
 
 /* Chunks [*lo, *hi) of a sequence of tokens [t0, t1) that start in [w0, w1). */
@@ -126,13 +126,13 @@ static __device__ __forceinline__ void gdnc_qk_load(float (&x)[16][4], const str
     }
 }
 
-/* Normalise the loaded rows as gdn.cu does (1/sqrtf(sum + eps), q also
- * times 1/sqrt(128)) into Qs / Ks [64][GDNC_LD]. */
+/* Normalise the loaded rows as gdn.cu does (xm_l2_scale, q's scale also
+ * times 1/sqrt(128)) into Qs / Ks [64][GDNC_LD]: the same bits. */
 static __device__ __forceinline__ void gdnc_qk_store(float *Qs, float *Ks, const float (&x)[16][4],
                                                      int n, float eps)
 {
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    float extra = warp < 4 ? 1.0f / sqrtf((float)GDNC_D) : 1.0f;
+    float extra = warp < 4 ? XM_DIV(1.0f, XM_SQRT((float)GDNC_D)) : 1.0f;
     float *dst0 = warp < 4 ? Qs : Ks;
 #pragma unroll
     for (int i = 0; i < 16; i++) {
@@ -140,16 +140,15 @@ static __device__ __forceinline__ void gdnc_qk_store(float *Qs, float *Ks, const
         float ss = 0.0f;
 #pragma unroll
         for (int e = 0; e < 4; e++)
-            ss += x[i][e] * x[i][e];
+            ss = __fmaf_rn(x[i][e], x[i][e], ss);
         ss = warp_sum(ss);
-        float inv = 1.0f / sqrtf(ss + eps);
-        inv *= extra;
+        float inv = __fmul_rn(xm_l2_scale(ss, eps), extra);
         if (tok >= n)
             inv = 0.0f;   /* zero rows even with eps = 0 */
         float *dst = dst0 + tok * GDNC_LD + lane;
 #pragma unroll
         for (int e = 0; e < 4; e++)
-            dst[32 * e] = x[i][e] * inv;
+            dst[32 * e] = __fmul_rn(x[i][e], inv);
     }
 }
 

@@ -97,18 +97,18 @@ static __device__ __forceinline__ void rms_row_long(float *yr, float *xw, const 
     float ss = 0.0f;
     if (ya)
         for (int i = threadIdx.x; i < dim; i += blockDim.x) {
-            float s = xr[i] + ya[i];
+            float s = rms_add(xr[i], ya[i]);
             xw[i] = s;
-            ss += s * s;
+            ss = __fmaf_rn(s, s, ss);
         }
     else
         for (int i = threadIdx.x; i < dim; i += blockDim.x)
-            ss += xr[i] * xr[i];
+            ss = __fmaf_rn(xr[i], xr[i], ss);
     ss = block_sum(ss, scratch);
-    float scale = 1.0f / sqrtf(ss / (float)dim + eps);
+    float scale = rms_scale(ss, dim, eps);
     const float *xn = ya ? xw : xr;   /* the normed row: the sum when there is one */
     for (int i = threadIdx.x; i < dim; i += blockDim.x)
-        yr[i] = xn[i] * scale * w[i];
+        yr[i] = rms_apply(xn[i], scale, w[i]);
 }
 
 static __global__ void k_rmsnorm_long(float *out, const float *x, const float *w, int dim,
@@ -158,11 +158,11 @@ static __global__ void k_gated_rmsnorm(float *x, const float *z, const float *w,
     }
     float ss = 0.0f;
     for (int i = lane; i < head_dim; i += 32)
-        ss += xr[i] * xr[i];
+        ss = __fmaf_rn(xr[i], xr[i], ss);
     ss = warp_sum(ss);
-    float scale = 1.0f / sqrtf(ss / (float)head_dim + eps);
+    float scale = xm_rms_scale(ss, head_dim, eps);
     for (int i = lane; i < head_dim; i += 32)
-        xr[i] = xr[i] * scale * w[i] * silu_f(zr[i]);
+        xr[i] = __fmul_rn(__fmul_rn(__fmul_rn(xr[i], scale), w[i]), silu_f(zr[i]));
 }
 
 int cuda_op_rmsnorm(struct cs_backend *be, float *out, const float *x, const float *w, int n_tokens,

@@ -9,9 +9,9 @@
  * (block_sum of cuda_util.cuh with 1024 threads).
  * Each step is pinned to one instruction (the build runs --use_fast_math, so
  * a plain expression would leave contraction and approximation to the
- * compiler's context): FADD, an FFMA chain, then scale = rsqrt(ss * rcp(dim) +
- * eps) as MUFU.RCP, FFMA, MUFU.RSQ, and out = (v * scale) * w as two FMULs:
- * the instructions the plain expressions compiled to in norm.cu before. */
+ * compiler's context): FADD, an FFMA chain, then scale = xm_rms_scale
+ * (kernels/exact_math.h: correctly rounded 1/dim, FFMA, sqrt and division,
+ * the CPU backend's bits), and out = (v * scale) * w as two FMULs. */
 #ifndef CS_CUDA_RMS_ROW_CUH
 #define CS_CUDA_RMS_ROW_CUH
 
@@ -39,11 +39,7 @@ static __device__ __forceinline__ float rms_sumsq(const float (&v)[NORM_NPT])
 /* 1 / sqrt(ss / dim + eps) from the row's total ss. */
 static __device__ __forceinline__ float rms_scale(float ss, int dim, float eps)
 {
-    float r, m, s;
-    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"((float)dim));
-    m = __fmaf_rn(ss, r, eps);
-    asm("rsqrt.approx.ftz.f32 %0, %1;" : "=f"(s) : "f"(m));
-    return s;
+    return xm_rms_scale(ss, dim, eps);
 }
 
 static __device__ __forceinline__ float rms_apply(float v, float scale, float w)

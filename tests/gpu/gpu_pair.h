@@ -114,6 +114,21 @@ static inline int pair_same(const struct pair *a, const struct pair *b, size_t b
     return same;
 }
 
+/* Number of floats among the first n whose bits differ between the CPU and
+ * GPU copies (the bitwise contract of kernels/exact_math.h). */
+static inline double pair_floats_differ(const struct pair *p, size_t n)
+{
+    uint32_t *a = malloc(n * 4), *b = malloc(n * 4);
+    CHECK(cpu->download(cpu, a, p->c, n * 4) == 0);
+    CHECK(gpu->download(gpu, b, p->g, n * 4) == 0);
+    size_t d = 0;
+    for (size_t i = 0; i < n; i++)
+        d += a[i] != b[i];
+    free(a);
+    free(b);
+    return (double)d;
+}
+
 /* Number of bytes that differ between the CPU and GPU copies. */
 static inline double pair_bytes_differ(const struct pair *p, size_t bytes)
 {
