@@ -1,21 +1,63 @@
 /* attention.c - the paged KV cache writes and causal GQA attention (ops.h
- * kv_store, attention).
+ * kv_store, attention). Page p holds K [page_size][n_kv_heads][head_dim] then
+ * V likewise, as F32 or F16 (rounded to nearest even on store); token t of
+ * sequence s at position pos attends to positions 0..pos of s through the
+ * page table.
  *
- * Page p holds K [page_size][n_kv_heads][head_dim] then V likewise, as F32 or
- * F16 (rounded to nearest even on store). Token t of sequence s at position
- * pos reads positions j = 0..pos of s through the page table. Per (token,
- * query head), in this order, all fp32:
- *     s_j = cpu_dot(q, k_j) * scale          j ascending
- *     m = max_j s_j;  e_j = expf(s_j - m);  sum = e_0 + e_1 + ... (ascending)
- *     out[d] = (e_0 v_0[d] + e_1 v_1[d] + ...) / sum
- * One thread computes one (token, head) item, so results do not depend on the
- * batch or the thread count. */
+ * Contract: the attention gives the CUDA backend's bits. Per token it runs,
+ * operation for operation and in the same order, the arithmetic of the CUDA
+ * kernel that takes that token (kernels/cuda/attention.cu dispatches by
+ * sequence, as here):
+ *  - decode (the token's sequence has one token in the step):
+ *    kernels/cuda/attention_decode.cu, dec_block + k_attn_combine (dec_item);
+ *  - prefill (a sequence with several tokens): attention_prefill.cu,
+ *    k_attn_prefill_tiled + k_attn_prefill_combine (apf_item).
+ * An FFMA there is fmaf here (this file compiles with -ffp-contract=off), an
+ * exp is xm_exp (kernels/exact_math.h), __fdiv_rn is /, each warp shuffle
+ * reduction is emulated in its own tree order, fp16 converts exactly (as
+ * common/half.h and __half2float). A change to either side must change the
+ * other; tests/gpu/test_attention_decode.c and test_attention_prefill.c
+ * compare the two bit for bit. The constants below are the kernels' build
+ * defaults (DEC_WARPS, APF_KT, APF_SPLIT, cs_attn_split_len). Outside the
+ * GPU's shapes (head_dim != 256, GQA group > 8) the same arithmetic runs
+ * with lanes of (head_dim + 31) / 32 dims. Not reproduced: denormals (the
+ * GPU flushes them, fast math's -ftz; xm_exp never makes one, but a product
+ * can when the scores of one row span more than ~85) and the sign of a zero
+ * where the GPU adds 0 * v for a masked position (skipped here).
+ *
+ * Both paths are batch invariant: every value depends on the token's own
+ * position and its sequence's KV only (splits and tiles at absolute
+ * multiples of their length), and each (token, kv head) is computed by one
+ * thread; so results do not depend on the batch or the thread count. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "../../common/gguf.h"
 #include "../../common/log.h"
 #include "../../common/status.h"
+#include "../exact_math.h"
 #include "cpu.h"
+
+#define ATT_LANES 32     /* a warp */
+#define ATT_WARPS 4      /* attention_decode.cu DEC_WARPS: warps per split */
+#define ATT_KT 64        /* attention_prefill.cu APF_KT: KV positions per tile */
+#define ATT_SPLIT 2048   /* APF_SPLIT: KV positions per prefill split */
+#define ATT_PTILE 16     /* prefill tokens per work item (any count: the same bits) */
+
+/* The hot functions, compiled twice: with FMA instructions where the CPU has
+ * them (fmaf inlined and vectorised) and without (fmaf from libm: the same
+ * bits, slower); the loader picks one (as gdn.c). */
+#if defined(__GNUC__) && defined(__x86_64__) && !defined(__clang__)
+#define ATT_HOT __attribute__((target_clones("fma", "default")))
+#else
+#define ATT_HOT
+#endif
+/* the helpers of the hot functions: inlined into each of their clones */
+#if defined(__GNUC__)
+#define ATT_INLINE static inline __attribute__((always_inline))
+#else
+#define ATT_INLINE static inline
+#endif
 
 static size_t kv_elem_bytes(uint32_t type)
 {
@@ -80,17 +122,6 @@ static void kv_row_write(const struct cs_kv_layer *kv, size_t off, const float *
     }
 }
 
-/* Pointer to a head row as fp32: the page itself (F32) or tmp converted (F16). */
-static const float *kv_row_read(const struct cs_kv_layer *kv, size_t off, float *tmp)
-{
-    if (kv->kv_type == CS_DTYPE_F32)
-        return (const float *)kv->pages + off;
-    const uint16_t *src = (const uint16_t *)kv->pages + off;
-    for (int i = 0; i < kv->head_dim; i++)
-        tmp[i] = cs_half_to_float(src[i]);
-    return tmp;
-}
-
 int cpu_kv_store(struct cs_backend *be, struct cs_kv_layer *kv, const float *k, int k_stride,
                  const float *v, int v_stride, const struct cs_batch *b)
 {
@@ -109,54 +140,404 @@ int cpu_kv_store(struct cs_backend *be, struct cs_kv_layer *kv, const float *k, 
 }
 
 struct attn_job {
-    struct cpu_ctx *ctx;
     float *out;
     const float *q;
-    int q_token_stride, q_head_stride, n_heads;
+    int q_token_stride, q_head_stride, n_heads, g;
     const struct cs_kv_layer *kv;
     float scale;
     const struct cs_batch *b;
+    const int32_t *units;   /* [n_units][3]: first token, tokens, 1 for a decode token */
+    int64_t n_units;
+    struct cpu_ctx *ctx;
 };
 
-static void attn_item(const struct attn_job *job, int t, int h, float *scratch)
+ATT_INLINE int att_min(int a, int b)
 {
-    const struct cs_kv_layer *kv = job->kv;
-    const struct cs_batch *b = job->b;
-    int D = kv->head_dim, kvh = h / (job->n_heads / kv->n_kv_heads);
-    int s = b->seq_of[t];
-    int32_t pos = b->pos[t];
-    float *tmp = scratch, *scores = scratch + D;
-    const float *q = job->q + (size_t)t * job->q_token_stride + (size_t)h * job->q_head_stride;
-    float m = -INFINITY;
-    for (int32_t j = 0; j <= pos; j++) {
-        size_t off = kv_offset(kv, kv_page(kv, b, s, j), j, 0, kvh);
-        scores[j] = cpu_dot(q, kv_row_read(kv, off, tmp), D) * job->scale;
-        m = scores[j] > m ? scores[j] : m;
-    }
-    float sum = 0.0f;
-    for (int32_t j = 0; j <= pos; j++) {
-        scores[j] = expf(scores[j] - m);
-        sum += scores[j];
-    }
-    float *out = job->out + ((size_t)t * job->n_heads + h) * D;
-    for (int d = 0; d < D; d++)
-        out[d] = 0.0f;
-    for (int32_t j = 0; j <= pos; j++) {
-        size_t off = kv_offset(kv, kv_page(kv, b, s, j), j, 1, kvh);
-        const float *vj = kv_row_read(kv, off, tmp);
-        for (int d = 0; d < D; d++)
-            out[d] += scores[j] * vj[d];
-    }
-    for (int d = 0; d < D; d++)
-        out[d] /= sum;
+    return a < b ? a : b;
 }
+
+/* fmaxf (a NaN loses, as on the GPU), inlined: the zeros' sign may differ,
+ * which no result here depends on (m only enters differences) */
+ATT_INLINE float att_max(float a, float b)
+{
+    return a > b || b != b ? a : b;
+}
+
+/* cs_half_to_float (exact, as __half2float) over a row, branch free so that
+ * it vectorises. */
+ATT_INLINE void att_half_row(float *dst, const uint16_t *src, int n)
+{
+    for (int i = 0; i < n; i++) {
+        uint32_t h = src[i], e = h & 0x7c00u, mant = h & 0x3ffu, sb, r;
+        float sub = (float)(int32_t)mant * (1.0f / 16777216.0f);   /* subnormal: exact */
+        memcpy(&sb, &sub, 4);
+        r = e == 0 ? sb : e == 0x7c00u ? 0x7f800000u | (mant << 13)
+                                        : ((h & 0x7fffu) << 13) + (112u << 23);
+        r |= (h & 0x8000u) << 16;
+        memcpy(dst + i, &r, 4);
+    }
+}
+
+/* Row pos (K: which 0, V: 1) of kv head h of sequence s as fp32: the page
+ * itself (F32) or tmp (F16, converted). */
+ATT_INLINE const float *att_row(const struct attn_job *j, int s, int32_t pos, int which, int h,
+                                   float *tmp)
+{
+    const struct cs_kv_layer *kv = j->kv;
+    size_t off = kv_offset(kv, kv_page(kv, j->b, s, pos), pos, which, h);
+    if (kv->kv_type == CS_DTYPE_F32)
+        return (const float *)kv->pages + off;
+    att_half_row(tmp, (const uint16_t *)kv->pages + off, kv->head_dim);
+    return tmp;
+}
+
+/* The value of cuda_util.cuh's warp_sum (every lane ends with it) over the n
+ * lane values v (a power of two, overwritten): the xor butterfly, offsets
+ * n / 2 down to 1, lane l adding lane l + o (lanes l and l ^ o hold the same
+ * sum: fp addition is commutative). */
+ATT_INLINE float att_bfly_sum(float *v, int n)
+{
+    for (int o = n / 2; o > 0; o >>= 1)
+        for (int l = 0; l < o; l++)
+            v[l] = v[l] + v[l + o];
+    return v[0];
+}
+
+/* ---- decode: attention_decode.cu ---- */
+
+/* ops_cuda.cuh cs_attn_split_len: the positions per split of a decode token. */
+static int att_split_len(int32_t pos)
+{
+    int len = 128;
+    while (len < 4096 && (int64_t)len * 64 < pos)
+        len <<= 1;
+    return len;
+}
+
+/* dec_shape's CHUNK for the rows per warp GM that dec_launch picks for group
+ * g (2, 4, 6, 8; padded to GP = 2, 4, 8 for the reduction): GP x CHUNK <= 32
+ * scores, CHUNK <= 8 positions for F16 KV and 4 for F32. */
+static int att_dec_chunk(uint32_t kv_type, int g)
+{
+    int gp = g <= 2 ? 2 : g <= 4 ? 4 : 8, cmax = kv_type == CS_DTYPE_F16 ? 8 : 4;
+    return 32 / gp < cmax ? 32 / gp : cmax;
+}
+
+/* Scratch floats of dec_item. */
+static size_t dec_scratch(int D, int g, int C, int32_t pos)
+{
+    size_t lw = (size_t)ATT_LANES * ((D + 31) / 32), n_s = (size_t)(pos / att_split_len(pos) + 1);
+    return (g + 1) * lw + D + 2 * (size_t)g * C + (ATT_WARPS + n_s) * (size_t)g * (D + 2);
+}
+
+/* One score of dec_block: each lane's FFMA chain over its dpl dims (q[r][d]
+ * kf[d], d ascending, from 0), then warp_sum_scatter across the lanes. Its
+ * sum-scatter leaves lane l with score l % N, and the value of each score is
+ * the plain xor butterfly (warp_sum) of the lanes' partials: at every step a
+ * lane adds its partner's partial of the same score. qt, kt: [dpl][lane]. */
+ATT_INLINE float dec_score(const float *qt, const float *kt, int dpl)
+{
+    float part[ATT_LANES];
+    for (int l = 0; l < ATT_LANES; l++)
+        part[l] = 0.0f;
+    for (int d = 0; d < dpl; d++)
+        for (int l = 0; l < ATT_LANES; l++)
+            part[l] = fmaf(qt[d * ATT_LANES + l], kt[d * ATT_LANES + l], part[l]);
+    return att_bfly_sum(part, ATT_LANES);
+}
+
+/* A warp's chunk [p0, p0 + C) of a split ending at p_end: dec_block's loop
+ * body for the g rows of kv head h (sequence seq): the scores, the row's
+ * online-softmax update as every lane takes it, then P V. The warp's state:
+ * m, l [g], acc [g][D]; scratch: sv, pv [g][C], row [D], kt [dpl][lane]. */
+ATT_INLINE void dec_chunk(const struct attn_job *j, int seq, int h, int p0, int p_end, int C,
+                             const float *qt, float *kt, float *row, float *sv, float *pv,
+                             float *m, float *l, float *acc)
+{
+    const int D = j->kv->head_dim, g = j->g, dpl = (D + 31) / 32, lw = ATT_LANES * dpl;
+    int nv = att_min(C, p_end - p0);   /* positions before p_end; the rest read as -inf */
+    for (int c = 0; c < nv; c++) {
+        const float *k = att_row(j, seq, p0 + c, 0, h, row);
+        for (int d = 0; d < dpl; d++)   /* lane l holds dims l dpl .. l dpl + dpl - 1 */
+            for (int ln = 0; ln < ATT_LANES; ln++) {
+                int i = ln * dpl + d;
+                kt[d * ATT_LANES + ln] = i < D ? k[i] : 0.0f;
+            }
+        for (int r = 0; r < g; r++)
+            sv[r * C + c] = dec_score(qt + (size_t)r * lw, kt, dpl);
+    }
+    for (int r = 0; r < g; r++) {
+        /* the row's max over the chunk (a max: any order), then the running max */
+        float mo = m[r], mx = -INFINITY;
+        for (int c = 0; c < nv; c++)
+            mx = att_max(mx, sv[r * C + c]);
+        float mn = att_max(mo, mx), *p = pv + r * C, tmp[8];
+        for (int c = 0; c < C; c++)
+            p[c] = c < nv && mn != -INFINITY ? xm_exp(sv[r * C + c] - mn) : 0.0f;
+        float alpha = mo == -INFINITY ? 0.0f : xm_exp(mo - mn);
+        memcpy(tmp, p, sizeof(float) * C);
+        float ps = att_bfly_sum(tmp, C);   /* the xor butterfly over the row's C lanes */
+        l[r] = fmaf(l[r], alpha, ps);
+        m[r] = mn;
+        float *a = acc + (size_t)r * D;
+        for (int d = 0; d < D; d++)
+            a[d] = a[d] * alpha;
+    }
+    for (int c = 0; c < nv; c++) {   /* a masked position adds 0 * 0: skipped */
+        const float *v = att_row(j, seq, p0 + c, 1, h, row);
+        for (int r = 0; r < g; r++) {
+            float pr = pv[r * C + c], *a = acc + (size_t)r * D;
+            for (int d = 0; d < D; d++)
+                a[d] = fmaf(pr, v[d], a[d]);
+        }
+    }
+}
+
+/* Decode token t, kv head h: the g query heads h g .. h g + g - 1 as
+ * dec_block (per split s, warps w = 0..3 each over chunks w, w + 4, ..; the
+ * warps merged in order into the split's partial) and k_attn_combine (the
+ * splits merged in order). */
+ATT_HOT static void dec_item(const struct attn_job *j, int t, int h, float *sc)
+{
+    const int D = j->kv->head_dim, g = j->g, dpl = (D + 31) / 32, lw = ATT_LANES * dpl;
+    const int C = att_dec_chunk(j->kv->kv_type, g), seq = j->b->seq_of[t];
+    const int32_t pos = j->b->pos[t];
+    const int len = att_split_len(pos), n_s = pos / len + 1;
+    float *qt = sc, *kt = qt + (size_t)g * lw, *row = kt + lw, *sv = row + D, *pv = sv + g * C;
+    float *wacc = pv + g * C, *wm = wacc + (size_t)ATT_WARPS * g * D, *wl = wm + ATT_WARPS * g;
+    float *sacc = wl + ATT_WARPS * g, *sm = sacc + (size_t)n_s * g * D, *sl = sm + (size_t)n_s * g;
+    /* q[r][d] = x * scale per lane: qt [g][dpl][lane] */
+    for (int r = 0; r < g; r++) {
+        const float *q =
+            j->q + (size_t)t * j->q_token_stride + (size_t)(h * g + r) * j->q_head_stride;
+        for (int d = 0; d < dpl; d++)
+            for (int ln = 0; ln < ATT_LANES; ln++) {
+                int i = ln * dpl + d;
+                qt[((size_t)r * dpl + d) * ATT_LANES + ln] = i < D ? q[i] * j->scale : 0.0f;
+            }
+    }
+    for (int s = 0; s < n_s; s++) {
+        int p_begin = s * len, p_end = att_min(p_begin + len, pos + 1);
+        for (int w = 0; w < ATT_WARPS; w++) {
+            float *m = wm + w * g, *l = wl + w * g, *acc = wacc + (size_t)w * g * D;
+            for (int r = 0; r < g; r++) {
+                m[r] = -INFINITY;
+                l[r] = 0.0f;
+            }
+            memset(acc, 0, sizeof(float) * g * D);
+            for (int p0 = p_begin + w * C; p0 < p_end; p0 += ATT_WARPS * C)
+                dec_chunk(j, seq, h, p0, p_end, C, qt, kt, row, sv, pv, m, l, acc);
+        }
+        /* dec_block's merge: warps in order, those without a position skipped */
+        for (int r = 0; r < g; r++) {
+            float M = -INFINITY, L = 0.0f, wt[ATT_WARPS];
+            for (int w = 0; w < ATT_WARPS; w++)
+                M = att_max(M, wm[w * g + r]);
+            float *o = sacc + ((size_t)s * g + r) * D;
+            memset(o, 0, sizeof(float) * D);
+            for (int w = 0; w < ATT_WARPS; w++) {
+                if (wm[w * g + r] == -INFINITY)
+                    continue;
+                wt[w] = xm_exp(wm[w * g + r] - M);
+                L = fmaf(wl[w * g + r], wt[w], L);
+                const float *a = wacc + ((size_t)w * g + r) * D;
+                for (int d = 0; d < D; d++)
+                    o[d] = fmaf(a[d], wt[w], o[d]);
+            }
+            sm[s * g + r] = M;
+            sl[s * g + r] = L;
+        }
+    }
+    /* k_attn_combine: splits in order */
+    for (int r = 0; r < g; r++) {
+        float M = -INFINITY, L = 0.0f;
+        for (int s = 0; s < n_s; s++)
+            M = att_max(M, sm[s * g + r]);
+        float *o = j->out + ((size_t)t * j->n_heads + h * g + r) * D;
+        memset(o, 0, sizeof(float) * D);
+        for (int s = 0; s < n_s; s++) {
+            if (sm[s * g + r] == -INFINITY)
+                continue;
+            float w = xm_exp(sm[s * g + r] - M);
+            L = fmaf(sl[s * g + r], w, L);
+            const float *a = sacc + ((size_t)s * g + r) * D;
+            for (int d = 0; d < D; d++)
+                o[d] = fmaf(a[d], w, o[d]);
+        }
+        for (int d = 0; d < D; d++)
+            o[d] = L > 0.0f ? o[d] / L : 0.0f;
+    }
+}
+
+/* ---- prefill: attention_prefill.cu ---- */
+
+/* Scratch floats of apf_item for R rows over positions 0..max_pos. */
+static size_t apf_scratch(int D, int R, int32_t max_pos)
+{
+    size_t n_s = (size_t)(max_pos / ATT_SPLIT + 1);
+    return (size_t)R * D + 2 * (size_t)D * ATT_KT + 2 * ATT_KT + (size_t)R * (D + 2) +
+           (size_t)R * n_s * (D + 2);
+}
+
+/* tile_sum: a row's sum of p over the 64 positions of a tile, per group of 4
+ * positions ((p0 + p1) + p2) + p3, then the xor butterfly over the 16 groups
+ * (lane offsets 16..2 are group offsets 8..1). p is overwritten. */
+ATT_INLINE float apf_tile_sum(float *p)
+{
+    for (int k = 0; k < ATT_KT / 4; k++)
+        p[k] = ((p[4 * k] + p[4 * k + 1]) + p[4 * k + 2]) + p[4 * k + 3];
+    return att_bfly_sum(p, ATT_KT / 4);
+}
+
+/* apf_scores over a whole tile: s[c] = the FFMA chain over d ascending of
+ * q[d] K^T[d][c], from 0 (kt: [D][64]). */
+ATT_INLINE void apf_scores(float *s, const float *q, const float *kt, int D)
+{
+    for (int c = 0; c < ATT_KT; c++)
+        s[c] = 0.0f;
+    for (int d = 0; d < D; d++) {
+        float qd = q[d];
+        const float *k = kt + (size_t)d * ATT_KT;
+        for (int c = 0; c < ATT_KT; c++)
+            s[c] = fmaf(qd, k[c], s[c]);
+    }
+}
+
+/* Prefill tokens t0 .. t0 + nt - 1 (one sequence), kv head h: rows r = token
+ * r / g, query head h g + r % g, as k_attn_prefill_tiled (per split of 2048
+ * positions, KV tiles of 64 from the split's start: scores, the online
+ * softmax of the tile, then P V) and k_attn_prefill_combine. A tile past a
+ * row's position leaves the row's state as it is on the GPU (alpha 1, p 0),
+ * so a row skips it; so rows do not depend on which others share the item. */
+ATT_HOT static void apf_item(const struct attn_job *j, int t0, int nt, int h, float *sc)
+{
+    const int D = j->kv->head_dim, g = j->g, R = nt * g, seq = j->b->seq_of[t0];
+    const int32_t *qpos = j->b->pos + t0;
+    int32_t max_pos = 0;
+    for (int i = 0; i < nt; i++)
+        max_pos = qpos[i] > max_pos ? qpos[i] : max_pos;
+    const int n_s = max_pos / ATT_SPLIT + 1;
+    float *qs = sc, *kt = qs + (size_t)R * D, *vt = kt + (size_t)D * ATT_KT;
+    float *sv = vt + (size_t)ATT_KT * D, *pv = sv + ATT_KT, *acc = pv + ATT_KT;
+    float *m = acc + (size_t)R * D, *l = m + R, *part = l + R;   /* part [R][n_s][D + 2] */
+    const float *vr[ATT_KT];
+    /* Q rows, scaled */
+    for (int r = 0; r < R; r++) {
+        const float *q = j->q + (size_t)(t0 + r / g) * j->q_token_stride +
+                         (size_t)(h * g + r % g) * j->q_head_stride;
+        for (int d = 0; d < D; d++)
+            qs[(size_t)r * D + d] = q[d] * j->scale;
+    }
+    for (int s = 0; s < n_s; s++) {
+        int p_lo = s * ATT_SPLIT, hi = att_min(p_lo + ATT_SPLIT, max_pos + 1);
+        for (int r = 0; r < R; r++) {
+            m[r] = -INFINITY;
+            l[r] = 0.0f;
+        }
+        memset(acc, 0, sizeof(float) * R * D);
+        for (int p0 = p_lo; p0 < hi; p0 += ATT_KT) {
+            int np = att_min(ATT_KT, hi - p0);
+            /* K transposed (zeros past the end, as the kernel), V rows */
+            for (int c = 0; c < np; c++) {
+                const float *k = att_row(j, seq, p0 + c, 0, h, vt + (size_t)c * D);
+                for (int d = 0; d < D; d++)
+                    kt[(size_t)d * ATT_KT + c] = k[d];
+            }
+            for (int d = 0; d < D; d++)
+                for (int c = np; c < ATT_KT; c++)
+                    kt[(size_t)d * ATT_KT + c] = 0.0f;
+            for (int c = 0; c < np; c++)
+                vr[c] = att_row(j, seq, p0 + c, 1, h, vt + (size_t)c * D);
+            for (int r = 0; r < R; r++) {
+                int32_t qp = qpos[r / g];
+                if (qp < p0)
+                    continue;
+                int nj = att_min(np, qp - p0 + 1);   /* positions past qp are -inf */
+                apf_scores(sv, qs + (size_t)r * D, kt, D);
+                float mx = -INFINITY;
+                for (int c = 0; c < nj; c++)
+                    mx = att_max(mx, sv[c]);
+                float mo = m[r], mn = att_max(mo, mx);
+                float alpha = mn == mo ? 1.0f : xm_exp(mo - mn);
+                for (int c = 0; c < ATT_KT; c++)
+                    pv[c] = c < nj && mn != -INFINITY ? xm_exp(sv[c] - mn) : 0.0f;
+                float *a = acc + (size_t)r * D;
+                for (int c = 0; c < nj; c++)   /* p kept for P V: tile_sum overwrites pv */
+                    sv[c] = pv[c];
+                l[r] = fmaf(l[r], alpha, apf_tile_sum(pv));
+                m[r] = mn;
+                for (int d = 0; d < D; d++)
+                    a[d] = a[d] * alpha;
+                for (int c = 0; c < nj; c++) {   /* masked positions add 0 * v: skipped */
+                    float pc = sv[c];
+                    const float *v = vr[c];
+                    for (int d = 0; d < D; d++)
+                        a[d] = fmaf(pc, v[d], a[d]);
+                }
+            }
+        }
+        /* rows with a position in this split: the output (one split) or a partial */
+        for (int r = 0; r < R; r++) {
+            int32_t qp = qpos[r / g];
+            if (qp < p_lo)
+                continue;
+            const float *a = acc + (size_t)r * D;
+            if (qp < ATT_SPLIT) {
+                float inv = 1.0f / l[r];
+                float *o = j->out + ((size_t)(t0 + r / g) * j->n_heads + h * g + r % g) * D;
+                for (int d = 0; d < D; d++)
+                    o[d] = a[d] * inv;
+                continue;
+            }
+            float *pr = part + ((size_t)r * n_s + s) * (D + 2);
+            memcpy(pr, a, sizeof(float) * D);
+            pr[D] = m[r];
+            pr[D + 1] = l[r];
+        }
+    }
+    /* k_attn_prefill_combine: rows of several splits, splits in order */
+    for (int r = 0; r < R; r++) {
+        int32_t qp = qpos[r / g];
+        if (qp < ATT_SPLIT)
+            continue;
+        int ns = qp / ATT_SPLIT + 1;
+        const float *pr = part + (size_t)r * n_s * (D + 2);
+        float M = -INFINITY, L = 0.0f;
+        for (int s = 0; s < ns; s++)
+            M = att_max(M, pr[(size_t)s * (D + 2) + D]);
+        float *o = j->out + ((size_t)(t0 + r / g) * j->n_heads + h * g + r % g) * D;
+        memset(o, 0, sizeof(float) * D);
+        for (int s = 0; s < ns; s++) {
+            const float *a = pr + (size_t)s * (D + 2);
+            float w = a[D] == -INFINITY ? 0.0f : xm_exp(a[D] - M);
+            L = fmaf(a[D + 1], w, L);
+            for (int d = 0; d < D; d++)
+                o[d] = fmaf(a[d], w, o[d]);
+        }
+        for (int d = 0; d < D; d++)
+            o[d] = L > 0.0f ? o[d] / L : 0.0f;
+    }
+}
+
+/* ---- the op ---- */
 
 static void attn_range(void *arg, int64_t begin, int64_t end, int tid)
 {
-    const struct attn_job *job = arg;
-    float *scratch = job->ctx->scratch[tid].buf;
-    for (int64_t item = begin; item < end; item++)
-        attn_item(job, (int)(item / job->n_heads), (int)(item % job->n_heads), scratch);
+    const struct attn_job *j = arg;
+    float *scratch = j->ctx->scratch[tid].buf;
+    int n_kv = j->kv->n_kv_heads;
+    int64_t n = j->n_units * n_kv;
+    for (int64_t item = begin; item < end; item++) {
+        /* pair cheap and costly items (a prompt's first and last tiles) in
+         * every contiguous range: the order only balances the threads */
+        int64_t k = item % 2 == 0 ? item / 2 : n - 1 - item / 2;
+        const int32_t *u = j->units + 3 * (k / n_kv);
+        int h = (int)(k % n_kv);
+        if (u[2])   /* not nt == 1: a prompt's last tile may hold one token */
+            dec_item(j, u[0], h, scratch);
+        else
+            apf_item(j, u[0], u[1], h, scratch);
+    }
 }
 
 int cpu_attention(struct cs_backend *be, float *out, const float *q, int q_token_stride,
@@ -168,16 +549,44 @@ int cpu_attention(struct cs_backend *be, float *out, const float *q, int q_token
         return rc;
     if ((b->n_tokens > 0 && (!out || !q)) || n_heads <= 0 || n_heads % kv->n_kv_heads)
         return CS_EINVAL;
-    int32_t max_pos = 0;
-    for (int t = 0; t < b->n_tokens; t++)
-        max_pos = b->pos[t] > max_pos ? b->pos[t] : max_pos;
+    if (b->n_tokens == 0)
+        return CS_OK;
+    int g = n_heads / kv->n_kv_heads, D = kv->head_dim;
+    /* work units: a decode token, or up to ATT_PTILE tokens of a prefill sequence */
+    int64_t n_units = 0;
+    for (int s = 0; s < b->n_seqs; s++) {
+        int n = b->seq_start[s + 1] - b->seq_start[s];
+        n_units += n == 1 ? 1 : (n + ATT_PTILE - 1) / ATT_PTILE;
+    }
+    int32_t *units = malloc(sizeof(int32_t) * 3 * (size_t)(n_units > 0 ? n_units : 1));
+    if (!units)
+        return CS_ENOMEM;
+    size_t need = 0;
+    int64_t u = 0;
+    for (int s = 0; s < b->n_seqs; s++) {
+        int t0 = b->seq_start[s], t1 = b->seq_start[s + 1];
+        for (int t = t0; t < t1; t += ATT_PTILE, u++) {
+            int nt = att_min(ATT_PTILE, t1 - t);
+            int32_t max_pos = 0;
+            for (int i = t; i < t + nt; i++)
+                max_pos = b->pos[i] > max_pos ? b->pos[i] : max_pos;
+            size_t n = t1 - t0 == 1 ? dec_scratch(D, g, att_dec_chunk(kv->kv_type, g), max_pos)
+                                    : apf_scratch(D, nt * g, max_pos);
+            need = n > need ? n : need;
+            units[3 * u] = t;
+            units[3 * u + 1] = nt;
+            units[3 * u + 2] = t1 - t0 == 1;
+        }
+    }
     struct cpu_ctx *ctx = cpu_ctx_of(be);
-    rc = cpu_scratch_reserve(ctx, (size_t)kv->head_dim + (size_t)max_pos + 1);
-    if (rc != CS_OK)
-        return rc;
-    struct attn_job job = {.ctx = ctx, .out = out, .q = q, .q_token_stride = q_token_stride,
-                           .q_head_stride = q_head_stride, .n_heads = n_heads, .kv = kv,
-                           .scale = scale, .b = b};
-    threadpool_for(ctx->pool, (int64_t)b->n_tokens * n_heads, 1, attn_range, &job);
-    return CS_OK;
+    rc = cpu_scratch_reserve(ctx, need);
+    if (rc == CS_OK) {
+        struct attn_job job = {.out = out, .q = q, .q_token_stride = q_token_stride,
+                               .q_head_stride = q_head_stride, .n_heads = n_heads, .g = g,
+                               .kv = kv, .scale = scale, .b = b, .units = units,
+                               .n_units = n_units, .ctx = ctx};
+        threadpool_for(ctx->pool, n_units * kv->n_kv_heads, 1, attn_range, &job);
+    }
+    free(units);
+    return rc;
 }

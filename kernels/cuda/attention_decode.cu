@@ -46,6 +46,7 @@
 
 #include "../../common/gguf.h"
 #include "../../common/log.h"
+#include "../exact_math.h"
 #include "attention_decode.h"
 #include "cuda_util.cuh"
 #include "launch.cuh"
@@ -462,8 +463,8 @@ static __device__ __forceinline__ void dec_block(const struct dec_args &a, Src &
                 float sum = 0.0f;
                 if (r < GM) {
 #pragma unroll
-                    for (int d = 0; d < DEC_DPL; d++)
-                        sum += q[r][d] * kf[d];
+                    for (int d = 0; d < DEC_DPL; d++)   /* pinned: kernels/cpu/attention.c */
+                        sum = __fmaf_rn(q[r][d], kf[d], sum);
                 }
                 sv[r * C + j] = sum;
             }
@@ -481,8 +482,11 @@ static __device__ __forceinline__ void dec_block(const struct dec_args &a, Src &
         for (int o = C / 2; o > 0; o >>= 1)
             mn = fmaxf(mn, __shfl_xor_sync(CS_FULL_MASK, mn, o));
         mn = fmaxf(mo, mn);
-        float p = mn == -INFINITY ? 0.0f : expf(sc - mn);
-        float alpha = mo == -INFINITY ? 0.0f : expf(mo - mn);
+        /* xm_exp (exact_math.h), not expf: the CPU backend reproduces its bits
+         * (kernels/cpu/attention.c). It costs ~12 FMA-pipe instructions per
+         * score against ~2 for fast math's expf (ex2.approx) */
+        float p = mn == -INFINITY ? 0.0f : xm_exp(sc - mn);
+        float alpha = mo == -INFINITY ? 0.0f : xm_exp(mo - mn);
         float ps = p;
 #pragma unroll
         for (int o = C / 2; o > 0; o >>= 1)
@@ -491,10 +495,11 @@ static __device__ __forceinline__ void dec_block(const struct dec_args &a, Src &
         for (int r = 0; r < GM; r++) {   /* every lane takes each row's update */
             float ar = __shfl_sync(CS_FULL_MASK, alpha, r * C);
             m[r] = __shfl_sync(CS_FULL_MASK, mn, r * C);
-            l[r] = l[r] * ar + __shfl_sync(CS_FULL_MASK, ps, r * C);
+            l[r] = __fmaf_rn(l[r], ar, __shfl_sync(CS_FULL_MASK, ps, r * C));
+            /* __fmul_rn: else acc * ar + pr * v (below) may contract either way */
 #pragma unroll
             for (int d = 0; d < DEC_DPL; d++)
-                acc[r][d] *= ar;
+                acc[r][d] = __fmul_rn(acc[r][d], ar);
         }
 #pragma unroll
         for (int j = 0; j < C; j++) {
@@ -505,7 +510,7 @@ static __device__ __forceinline__ void dec_block(const struct dec_args &a, Src &
                 float pr = __shfl_sync(CS_FULL_MASK, p, r * C + j);
 #pragma unroll
                 for (int d = 0; d < DEC_DPL; d++)
-                    acc[r][d] += pr * vf[d];
+                    acc[r][d] = __fmaf_rn(pr, vf[d], acc[r][d]);
             }
         }
     }
@@ -532,9 +537,10 @@ static __device__ __forceinline__ void dec_block(const struct dec_args &a, Src &
             float2 ml = s_ml[w][r];
             if (ml.x == -INFINITY)
                 continue;
-            float wt = expf(ml.x - M);
-            o += s_acc[w * ACC_STRIDE + r * DEC_D + d] * wt;
-            L += ml.y * wt;
+            float wt = xm_exp(ml.x - M);
+            /* pinned: 0 + a b + c d may contract either way */
+            o = __fmaf_rn(s_acc[w * ACC_STRIDE + r * DEC_D + d], wt, o);
+            L = __fmaf_rn(ml.y, wt, L);
         }
         size_t idx = ((size_t)di * a.n_heads + h * g + r) * a.max_splits + s;
         a.part_acc[idx * DEC_D + d] = o;
@@ -600,7 +606,7 @@ static __global__ void k_attn_combine(float *out, const float *part_acc, const f
         for (int s = c0 + threadIdx.x; s < c1; s += blockDim.x) {
             float2 ml = part_ml[base + s];
             s_skip[s - c0] = ml.x == -INFINITY;
-            s_w[s - c0] = ml.x == -INFINITY ? 0.0f : expf(ml.x - M);
+            s_w[s - c0] = ml.x == -INFINITY ? 0.0f : xm_exp(ml.x - M);
             s_l[s - c0] = ml.y;
         }
         __syncthreads();
@@ -617,12 +623,12 @@ static __global__ void k_attn_combine(float *out, const float *part_acc, const f
                 if (s_skip[i])
                     continue;
                 float w = s_w[i];
-                L += s_l[i] * w;
-                o += av[u] * w;
+                L = __fmaf_rn(s_l[i], w, L);   /* pinned, as in dec_block's merge */
+                o = __fmaf_rn(av[u], w, o);
             }
         }
     }
-    out[(size_t)t * n_heads * D + (size_t)qh * D + d] = L > 0.0f ? o / L : 0.0f;
+    out[(size_t)t * n_heads * D + (size_t)qh * D + d] = L > 0.0f ? __fdiv_rn(o, L) : 0.0f;
 }
 
 /* Whether the cp.async kernel for GM rows per warp runs on c's device:

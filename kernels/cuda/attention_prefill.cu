@@ -59,6 +59,7 @@
 #include <cuda_fp16.h>
 
 #include "../../common/gguf.h"
+#include "../exact_math.h"
 #include "attention_prefill.h"
 #include "cuda_util.cuh"
 #include "launch.cuh"
@@ -402,14 +403,18 @@ static __global__ void __launch_bounds__(APF_THREADS(NTY), APF_MIN_BLOCKS)
                 mx = fmaxf(mx, s[i][jj]);
             }
             float m_new = fmaxf(m[i], warp_max(mx));
-            /* an unchanged max keeps acc and l bit-identical (no expf(0) rounding) */
-            float alpha = m_new == m[i] ? 1.0f : expf(m[i] - m_new);
+            /* xm_exp (exact_math.h), not expf: the CPU backend reproduces its
+             * bits (kernels/cpu/attention.c). It costs ~12 FMA-pipe
+             * instructions per score against ~2 for fast math's expf
+             * (ex2.approx), and this loop is compute-bound at 32K.
+             * An unchanged max keeps acc and l bit-identical (alpha = 1). */
+            float alpha = m_new == m[i] ? 1.0f : xm_exp(m[i] - m_new);
             float p[2];
 #pragma unroll
             for (int jj = 0; jj < 2; jj++)
-                p[jj] = m_new == -INFINITY ? 0.0f : expf(s[i][jj] - m_new);
+                p[jj] = m_new == -INFINITY ? 0.0f : xm_exp(s[i][jj] - m_new);
             float ls = tile_sum(p[0], p[1], lane);
-            l[i] = l[i] * alpha + ls;
+            l[i] = __fmaf_rn(l[i], alpha, ls);
             m[i] = m_new;
 #pragma unroll
             for (int k = 0; k < 2; k++) {
@@ -428,7 +433,7 @@ static __global__ void __launch_bounds__(APF_THREADS(NTY), APF_MIN_BLOCKS)
             continue;
         int tk = r / G, qh = h * G + r % G;
         if (qpos[i] < APF_SPLIT) {
-            float inv = 1.0f / l[i];
+            float inv = __fdiv_rn(1.0f, l[i]);   /* fast math's 1 / x is approximate */
             float *o = out + (size_t)(t0 + tk) * a.n_heads * APF_D + (size_t)qh * APF_D + 4 * lane;
 #pragma unroll
             for (int k = 0; k < 2; k++)
@@ -479,12 +484,12 @@ static __global__ void __launch_bounds__(APF_D)
             if (s0 + u >= n_s)
                 break;
             float2 ml = part_ml[base + s0 + u];
-            float w = ml.x == -INFINITY ? 0.0f : expf(ml.x - M);
-            L += ml.y * w;
-            o += v[u] * w;
+            float w = ml.x == -INFINITY ? 0.0f : xm_exp(ml.x - M);
+            L = __fmaf_rn(ml.y, w, L);   /* pinned: 0 + a b + c d may contract either way */
+            o = __fmaf_rn(v[u], w, o);
         }
     }
-    out[(size_t)t * n_heads * APF_D + (size_t)qh * APF_D + d] = L > 0.0f ? o / L : 0.0f;
+    out[(size_t)t * n_heads * APF_D + (size_t)qh * APF_D + d] = L > 0.0f ? __fdiv_rn(o, L) : 0.0f;
 }
 
 /* ---- host ---- */

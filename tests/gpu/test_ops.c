@@ -232,6 +232,8 @@ static void test_ops_attention(int Hq, int Hkv, uint32_t kv_type, const char *ta
     report(name, pair_bytes_differ(&kvp, kv_bytes), 0);   /* pages bitwise equal */
     snprintf(name, sizeof name, "attention %s", tag);
     report(name, pair_err(&o, (size_t)T * Hq * D), 1e-5);
+    snprintf(name, sizeof name, "attention bits %s", tag);
+    report(name, pair_floats_differ(&o, (size_t)T * Hq * D), 0);
     /* batch invariance: the decode token of seq 3 alone gives the same bits */
     int l1 = 1, s1 = 1300, sl3 = 3;
     struct tb t1;

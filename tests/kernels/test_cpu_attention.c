@@ -3,8 +3,11 @@
  * softmax over explicit K/V arrays, for sequences whose earlier positions were
  * stored in a previous step and whose new tokens are stored in this step, at
  * small and real (D=256) head sizes; a sequence computed alone equals the same
- * sequence inside a batch, bit for bit, for 1, 2 and 3 threads; page table
- * entries out of range are refused with CS_ERANGE. */
+ * sequence inside a batch, bit for bit, for 1, 2 and 3 threads; a prompt's
+ * tokens give the same bits in any chunking of the prompt (the prefill
+ * arithmetic, kernels/cpu/attention.c, as the CUDA kernel); page table
+ * entries out of range are refused with CS_ERANGE. (That the CPU gives the
+ * CUDA kernels' bits is tests/gpu's test_attention_decode/_prefill.) */
 #include "../../common/gguf.h"
 #include "../../common/half.h"
 #include "../../common/status.h"
@@ -191,6 +194,70 @@ static void test_attention_real_head_size(void)
     check_cfg(&c);
 }
 
+/* The rows of one prompt's tokens at positions start .. start + len - 1 in
+ * one step (q_all, K and V by position; every position already stored). */
+static float *prompt_rows(struct cs_backend *be, struct cs_kv_layer *kv, const float *q_all,
+                          int n_heads, int start, int len, int max_pages)
+{
+    int D = kv->head_dim, qrow = n_heads * D;
+    struct kt_batch kb;
+    int l1[1] = {len}, s1[1] = {start};
+    kt_batch_init(&kb, 1, l1, s1, NULL, max_pages);
+    for (int p = 0; p < max_pages; p++)
+        kb.pages[p] = max_pages - 1 - p;
+    float *out = calloc((size_t)len * qrow, 4);
+    CHECK_EQ_INT(be->attention(be, out, q_all + (size_t)start * qrow, qrow, D, n_heads, kv,
+                               1.0f / 16, &kb.b),
+                 CS_OK);
+    return out;
+}
+
+/* A prompt's token gives the same bits in any chunking of the prompt into
+ * steps of two or more tokens (the CUDA prefill kernel's invariance, which
+ * the CPU mirrors), including a chunk whose last 16-token tile holds one
+ * token (still the prefill arithmetic, not the decode one) and rows past
+ * 2048 positions (several KV splits, combined). */
+static void test_attention_prefill_chunking(void)
+{
+    const int D = 256, n_heads = 4, n_kv = 2, PS = 32, N = 2080, MP = (N + PS - 1) / PS;
+    const int qrow = n_heads * D, row = n_kv * D;
+    struct cs_backend *be = kt_backend(2, 0);
+    struct cs_kv_layer kv = {.kv_type = CS_DTYPE_F16, .n_pages = MP, .page_size = PS,
+                             .n_kv_heads = n_kv, .head_dim = D};
+    CHECK_EQ_INT(be->alloc(be, &kv.pages, (size_t)MP * 2 * PS * row * 2), CS_OK);
+    float *k = kt_randv((size_t)N * row, 1.0f), *v = kt_randv((size_t)N * row, 1.0f);
+    float *q = kt_randv((size_t)N * qrow, 4.0f);
+    for (int t0 = 0; t0 < N; t0 += 512) {   /* store K and V of every position */
+        struct kt_batch part;
+        int n = N - t0 < 512 ? N - t0 : 512, ln[1] = {n}, st[1] = {t0};
+        kt_batch_init(&part, 1, ln, st, NULL, MP);
+        for (int p = 0; p < MP; p++)   /* pages in reverse, as prompt_rows */
+            part.pages[p] = MP - 1 - p;
+        CHECK_EQ_INT(be->kv_store(be, &kv, k + (size_t)t0 * row, row, v + (size_t)t0 * row, row,
+                                  &part.b),
+                     CS_OK);
+    }
+    /* {start, whole length, first chunk's length} */
+    static const int cases[][3] = {{0, 37, 20}, {0, 37, 33}, {5, 40, 18}, {2030, 40, 17},
+                                   {2040, 40, 9}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        int st = cases[c][0], len = cases[c][1], a = cases[c][2];
+        float *whole = prompt_rows(be, &kv, q, n_heads, st, len, MP);
+        float *c1 = prompt_rows(be, &kv, q, n_heads, st, a, MP);
+        float *c2 = prompt_rows(be, &kv, q, n_heads, st + a, len - a, MP);
+        CHECK(kt_same(whole, c1, (size_t)a * qrow));
+        CHECK(kt_same(whole + (size_t)a * qrow, c2, (size_t)(len - a) * qrow));
+        free(whole);
+        free(c1);
+        free(c2);
+    }
+    free(k);
+    free(v);
+    free(q);
+    be->free(be, kv.pages);
+    be->destroy(be);
+}
+
 static void test_attention_refuses_bad_pages(void)
 {
     struct cs_backend *be = kt_backend(1, 0);
@@ -217,6 +284,7 @@ int main(void)
     RUN(test_attention_f32_small);
     RUN(test_attention_f16_small);
     RUN(test_attention_real_head_size);
+    RUN(test_attention_prefill_chunking);
     RUN(test_attention_refuses_bad_pages);
     return test_report();
 }
