@@ -13,7 +13,7 @@
  *  - prefill (a sequence with several tokens): attention_prefill.cu,
  *    k_attn_prefill_tiled + k_attn_prefill_combine (apf_item).
  * An FFMA there is fmaf here (this file compiles with -ffp-contract=off), an
- * exp is xm_exp (kernels/exact_math.h), __fdiv_rn is /, each warp shuffle
+ * exp is xm_exp_nonpos (kernels/exact_math.h), __fdiv_rn is /, each warp shuffle
  * reduction is emulated in its own tree order, fp16 converts exactly (as
  * common/half.h and __half2float). A change to either side must change the
  * other; tests/gpu/test_attention_decode.c and test_attention_prefill.c
@@ -21,7 +21,7 @@
  * defaults (DEC_WARPS, APF_KT, APF_SPLIT, cs_attn_split_len). Outside the
  * GPU's shapes (head_dim != 256, GQA group > 8) the same arithmetic runs
  * with lanes of (head_dim + 31) / 32 dims. Not reproduced: denormals (the
- * GPU flushes them, fast math's -ftz; xm_exp never makes one, but a product
+ * GPU flushes them, fast math's -ftz; xm_exp_nonpos never makes one, but a product
  * can when the scores of one row span more than ~85) and the sign of a zero
  * where the GPU adds 0 * v for a masked position (skipped here).
  *
@@ -273,8 +273,8 @@ ATT_INLINE void dec_chunk(const struct attn_job *j, int seq, int h, int p0, int 
             mx = att_max(mx, sv[r * C + c]);
         float mn = att_max(mo, mx), *p = pv + r * C, tmp[8];
         for (int c = 0; c < C; c++)
-            p[c] = c < nv && mn != -INFINITY ? xm_exp(sv[r * C + c] - mn) : 0.0f;
-        float alpha = mo == -INFINITY ? 0.0f : xm_exp(mo - mn);
+            p[c] = c < nv && mn != -INFINITY ? xm_exp_nonpos(sv[r * C + c] - mn) : 0.0f;
+        float alpha = mo == -INFINITY ? 0.0f : xm_exp_nonpos(mo - mn);
         memcpy(tmp, p, sizeof(float) * C);
         float ps = att_bfly_sum(tmp, C);   /* the xor butterfly over the row's C lanes */
         l[r] = fmaf(l[r], alpha, ps);
@@ -338,7 +338,7 @@ ATT_HOT static void dec_item(const struct attn_job *j, int t, int h, float *sc)
             for (int w = 0; w < ATT_WARPS; w++) {
                 if (wm[w * g + r] == -INFINITY)
                     continue;
-                wt[w] = xm_exp(wm[w * g + r] - M);
+                wt[w] = xm_exp_nonpos(wm[w * g + r] - M);
                 L = fmaf(wl[w * g + r], wt[w], L);
                 const float *a = wacc + ((size_t)w * g + r) * D;
                 for (int d = 0; d < D; d++)
@@ -358,7 +358,7 @@ ATT_HOT static void dec_item(const struct attn_job *j, int t, int h, float *sc)
         for (int s = 0; s < n_s; s++) {
             if (sm[s * g + r] == -INFINITY)
                 continue;
-            float w = xm_exp(sm[s * g + r] - M);
+            float w = xm_exp_nonpos(sm[s * g + r] - M);
             L = fmaf(sl[s * g + r], w, L);
             const float *a = sacc + ((size_t)s * g + r) * D;
             for (int d = 0; d < D; d++)
@@ -458,9 +458,9 @@ ATT_HOT static void apf_item(const struct attn_job *j, int t0, int nt, int h, fl
                 for (int c = 0; c < nj; c++)
                     mx = att_max(mx, sv[c]);
                 float mo = m[r], mn = att_max(mo, mx);
-                float alpha = mn == mo ? 1.0f : xm_exp(mo - mn);
+                float alpha = mn == mo ? 1.0f : xm_exp_nonpos(mo - mn);
                 for (int c = 0; c < ATT_KT; c++)
-                    pv[c] = c < nj && mn != -INFINITY ? xm_exp(sv[c] - mn) : 0.0f;
+                    pv[c] = c < nj && mn != -INFINITY ? xm_exp_nonpos(sv[c] - mn) : 0.0f;
                 float *a = acc + (size_t)r * D;
                 for (int c = 0; c < nj; c++)   /* p kept for P V: tile_sum overwrites pv */
                     sv[c] = pv[c];
@@ -509,7 +509,7 @@ ATT_HOT static void apf_item(const struct attn_job *j, int t0, int nt, int h, fl
         memset(o, 0, sizeof(float) * D);
         for (int s = 0; s < ns; s++) {
             const float *a = pr + (size_t)s * (D + 2);
-            float w = a[D] == -INFINITY ? 0.0f : xm_exp(a[D] - M);
+            float w = a[D] == -INFINITY ? 0.0f : xm_exp_nonpos(a[D] - M);
             L = fmaf(a[D + 1], w, L);
             for (int d = 0; d < D; d++)
                 o[d] = fmaf(a[d], w, o[d]);

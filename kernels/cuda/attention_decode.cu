@@ -482,11 +482,12 @@ static __device__ __forceinline__ void dec_block(const struct dec_args &a, Src &
         for (int o = C / 2; o > 0; o >>= 1)
             mn = fmaxf(mn, __shfl_xor_sync(CS_FULL_MASK, mn, o));
         mn = fmaxf(mo, mn);
-        /* xm_exp (exact_math.h), not expf: the CPU backend reproduces its bits
-         * (kernels/cpu/attention.c). It costs ~12 FMA-pipe instructions per
-         * score against ~2 for fast math's expf (ex2.approx) */
-        float p = mn == -INFINITY ? 0.0f : xm_exp(sc - mn);
-        float alpha = mo == -INFINITY ? 0.0f : xm_exp(mo - mn);
+        /* xm_exp_nonpos (exact_math.h; arguments <= 0), not expf: the CPU
+         * backend reproduces its bits (kernels/cpu/attention.c). It costs
+         * ~17 instructions per score against ~2 for fast math's expf
+         * (ex2.approx): measured -2% of the 9B decode at 32K (docs/PERF.md). */
+        float p = mn == -INFINITY ? 0.0f : xm_exp_nonpos(sc - mn);
+        float alpha = mo == -INFINITY ? 0.0f : xm_exp_nonpos(mo - mn);
         float ps = p;
 #pragma unroll
         for (int o = C / 2; o > 0; o >>= 1)
@@ -537,7 +538,7 @@ static __device__ __forceinline__ void dec_block(const struct dec_args &a, Src &
             float2 ml = s_ml[w][r];
             if (ml.x == -INFINITY)
                 continue;
-            float wt = xm_exp(ml.x - M);
+            float wt = xm_exp_nonpos(ml.x - M);
             /* pinned: 0 + a b + c d may contract either way */
             o = __fmaf_rn(s_acc[w * ACC_STRIDE + r * DEC_D + d], wt, o);
             L = __fmaf_rn(ml.y, wt, L);
@@ -606,7 +607,7 @@ static __global__ void k_attn_combine(float *out, const float *part_acc, const f
         for (int s = c0 + threadIdx.x; s < c1; s += blockDim.x) {
             float2 ml = part_ml[base + s];
             s_skip[s - c0] = ml.x == -INFINITY;
-            s_w[s - c0] = ml.x == -INFINITY ? 0.0f : xm_exp(ml.x - M);
+            s_w[s - c0] = ml.x == -INFINITY ? 0.0f : xm_exp_nonpos(ml.x - M);
             s_l[s - c0] = ml.y;
         }
         __syncthreads();

@@ -403,16 +403,18 @@ static __global__ void __launch_bounds__(APF_THREADS(NTY), APF_MIN_BLOCKS)
                 mx = fmaxf(mx, s[i][jj]);
             }
             float m_new = fmaxf(m[i], warp_max(mx));
-            /* xm_exp (exact_math.h), not expf: the CPU backend reproduces its
-             * bits (kernels/cpu/attention.c). It costs ~12 FMA-pipe
-             * instructions per score against ~2 for fast math's expf
-             * (ex2.approx), and this loop is compute-bound at 32K.
+            /* xm_exp_nonpos (exact_math.h; arguments <= 0), not expf: the
+             * CPU backend reproduces its bits (kernels/cpu/attention.c). It
+             * costs ~17 instructions per score against ~2 for fast math's
+             * expf (ex2.approx), on the path between S and P.V of a
+             * latency-bound loop: measured -3.6% of the 9B 32K prefill with
+             * xm_exp (docs/PERF.md).
              * An unchanged max keeps acc and l bit-identical (alpha = 1). */
-            float alpha = m_new == m[i] ? 1.0f : xm_exp(m[i] - m_new);
+            float alpha = m_new == m[i] ? 1.0f : xm_exp_nonpos(m[i] - m_new);
             float p[2];
 #pragma unroll
             for (int jj = 0; jj < 2; jj++)
-                p[jj] = m_new == -INFINITY ? 0.0f : xm_exp(s[i][jj] - m_new);
+                p[jj] = m_new == -INFINITY ? 0.0f : xm_exp_nonpos(s[i][jj] - m_new);
             float ls = tile_sum(p[0], p[1], lane);
             l[i] = __fmaf_rn(l[i], alpha, ls);
             m[i] = m_new;
@@ -484,7 +486,7 @@ static __global__ void __launch_bounds__(APF_D)
             if (s0 + u >= n_s)
                 break;
             float2 ml = part_ml[base + s0 + u];
-            float w = ml.x == -INFINITY ? 0.0f : xm_exp(ml.x - M);
+            float w = ml.x == -INFINITY ? 0.0f : xm_exp_nonpos(ml.x - M);
             L = __fmaf_rn(ml.y, w, L);   /* pinned: 0 + a b + c d may contract either way */
             o = __fmaf_rn(v[u], w, o);
         }

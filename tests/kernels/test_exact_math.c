@@ -2,11 +2,13 @@
  * (xm_exp and xm_log within 2 ulp of double-precision libm over a sweep of
  * their domains, log1p, softplus, sigmoid, silu within 3 ulp) and that the
  * edge cases are what the header says (exp: 0 below -87, +inf above 88.72,
- * NaN through; log1p(0) = 0; softplus passes x through above 20). Bitwise
+ * NaN through; log1p(0) = 0; softplus passes x through above 20), and that
+ * xm_exp_nonpos, the softmax's cheaper form, equals xm_exp on x <= 0. Bitwise
  * agreement with the GPU is tests/gpu's job; this is the CPU half. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "../../kernels/exact_math.h"
 #include "../test_util.h"
@@ -62,6 +64,31 @@ static void test_exact_math_accuracy(void)
     sweep("silu", f_silu, ref_silu, -80.0f, 80.0f, 3.0);
 }
 
+/* xm_exp_nonpos equals xm_exp bit for bit on x <= 0: every 97th float from
+ * -0 down to -88 (their bit patterns in steps of 97), about 11.6 million. */
+static void test_exact_math_exp_nonpos(void)
+{
+    long n = 0, differ = 0;
+    float lim = -88.0f;
+    uint32_t end;
+    memcpy(&end, &lim, 4);
+    for (uint32_t u = 0x80000000u; u <= end; u += 97) {
+        float x, ea, eb;
+        uint32_t a, b;
+        memcpy(&x, &u, 4);
+        ea = xm_exp(x), eb = xm_exp_nonpos(x);
+        memcpy(&a, &ea, 4);
+        memcpy(&b, &eb, 4);
+        differ += a != b;
+        n++;
+    }
+    printf("exp_nonpos: %ld values, %ld differ from xm_exp\n", n, differ);
+    CHECK(n > 10000000);
+    CHECK(differ == 0);
+    CHECK(xm_exp_nonpos(-INFINITY) == 0.0f);
+    CHECK(isnan(xm_exp_nonpos(NAN)));
+}
+
 static void test_exact_math_edges(void)
 {
     CHECK(xm_exp(-87.5f) == 0.0f);
@@ -83,5 +110,6 @@ int main(void)
 {
     RUN(test_exact_math_accuracy);
     RUN(test_exact_math_edges);
+    RUN(test_exact_math_exp_nonpos);
     return test_report();
 }
