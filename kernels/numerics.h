@@ -23,7 +23,12 @@
  * Why segments: a decode GEMV over a short matrix (4096 x 4096) has too few
  * row groups to fill a GPU; with a fixed segment order the K dimension can
  * be split over blocks (one per segment) and the partial sums added in
- * segment order, which any kernel can reproduce. */
+ * segment order, which any kernel can reproduce.
+ *
+ * The fp32 work between two quantizations (norms, RoPE, conv, GDN,
+ * attention, gates) has its own contract in kernels/exact_math.h; the two
+ * together make the CPU int8 path and the CUDA backend give the same bits
+ * (docs/VALIDATION.md, item 9). */
 #ifndef CS_KERNELS_NUMERICS_H
 #define CS_KERNELS_NUMERICS_H
 
