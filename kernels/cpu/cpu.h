@@ -174,6 +174,16 @@ int cpu_gated_rmsnorm(struct cs_backend *be, float *x, const float *z, const flo
 int cpu_sample(struct cs_backend *be, struct cs_sample_result *results, float *logits,
                int n_vocab, const struct cs_sample_params *params, int n);
 
+/* gdn_chunked.c: the chunked GDN form of kernels/cuda/gdn_chunked.cu for
+ * one (sequence, value head) item, tokens [t0, t1) of the step, S the head's
+ * [128][128] state (key_dim = value_dim = 128 only), scratch of
+ * cpu_gdn_chunked_scratch() floats. Same bits as the CUDA kernels. */
+size_t cpu_gdn_chunked_scratch(void);
+void cpu_gdn_chunked_seq(float *out, const float *y, const float *beta_raw, const float *alpha_raw,
+                         const float *a, const float *dt_bias, float eps,
+                         const struct cs_gdn_layer *st, int t0, int t1, int h, float *S,
+                         float *scratch);
+
 /* Check a batch's arrays (counts, seq_start, seq_of, positions >= 0). */
 int cpu_batch_check(const struct cs_batch *b);
 

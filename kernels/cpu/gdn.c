@@ -17,10 +17,18 @@
  * thread with kq = i % 4 keeps 4 chains by (i / 4) % 4, i.e. chain i % 16
  * runs over i ascending, then chain sums ((c0 + c4) + (c8 + c12)) for each
  * kq (written (p0 + p1) + (p2 + p3) there) and the shuffle tree
- * (kq0 + kq1) + (kq2 + kq3). (The chunked form the GPU takes for sequences
- * of 512 or more tokens in a step, gdn_chunked.cu, is another arithmetic:
- * equal within a bound only.) */
+ * (kq0 + kq1) + (kq2 + kq3).
+ *
+ * Sequences with GDN_CHUNKED_MIN_TOKENS (512) or more tokens in a step take
+ * the chunked form instead, as on the GPU (gdn.cu hands them to
+ * gdn_chunked.cu): gdn_chunked.c reproduces those kernels bit for bit, so
+ * both backends give the same bits for every sequence. That form's results
+ * depend on where a prompt's steps start (its 64-token chunks align to the
+ * step's first token of the sequence), the recurrence's do not; the two
+ * agree within rounding (tests/kernels/test_cpu_gdn.c). Items stay
+ * (sequence, value head), one thread each, either form. */
 #include "../../common/status.h"
+#include "../gdn_chunked_shape.h"
 #include "cpu.h"
 
 #define GDN_CHAINS 16
@@ -115,6 +123,14 @@ static void gdn_token(const struct gdn_job *job, float *S, int t, int h, float *
     chain_tree(job->out + (size_t)t * Hv * Dv + (size_t)h * Dv, chains, Dv);
 }
 
+/* The sequences the CUDA gdn op runs in the chunked form (gdn.cu): this
+ * many tokens in the step, at the only head size it has (128 x 128). */
+static int gdn_chunked(const struct cs_gdn_layer *st, int n_tokens)
+{
+    return n_tokens >= GDN_CHUNKED_MIN_TOKENS && st->key_dim == GDNC_D &&
+           st->value_dim == GDNC_D;
+}
+
 static void gdn_range(void *arg, int64_t begin, int64_t end, int tid)
 {
     const struct gdn_job *job = arg;
@@ -124,7 +140,13 @@ static void gdn_range(void *arg, int64_t begin, int64_t end, int tid)
     for (int64_t item = begin; item < end; item++) {
         int s = (int)(item / st->n_v_heads), h = (int)(item % st->n_v_heads);
         float *S = st->rec + ((size_t)job->b->slot[s] * st->n_v_heads + h) * state_elems;
-        for (int t = job->b->seq_start[s]; t < job->b->seq_start[s + 1]; t++)
+        int t0 = job->b->seq_start[s], t1 = job->b->seq_start[s + 1];
+        if (gdn_chunked(st, t1 - t0)) {
+            cpu_gdn_chunked_seq(job->out, job->y, job->beta_raw, job->alpha_raw, job->a,
+                                job->dt_bias, job->eps, st, t0, t1, h, S, scratch);
+            continue;
+        }
+        for (int t = t0; t < t1; t++)
             gdn_token(job, S, t, h, scratch);
     }
 }
@@ -141,7 +163,12 @@ int cpu_gdn(struct cs_backend *be, float *out, const float *y, const float *beta
         st->conv_dim != 2 * st->n_k_heads * st->key_dim + st->n_v_heads * st->value_dim)
         return CS_EINVAL;
     struct cpu_ctx *ctx = cpu_ctx_of(be);
-    rc = cpu_scratch_reserve(ctx, 2 * (size_t)st->key_dim + (1 + GDN_CHAINS) * (size_t)st->value_dim);
+    size_t scratch = 2 * (size_t)st->key_dim + (1 + GDN_CHAINS) * (size_t)st->value_dim;
+    for (int s = 0; s < b->n_seqs; s++)
+        if (gdn_chunked(st, b->seq_start[s + 1] - b->seq_start[s]) &&
+            cpu_gdn_chunked_scratch() > scratch)
+            scratch = cpu_gdn_chunked_scratch();
+    rc = cpu_scratch_reserve(ctx, scratch);
     if (rc != CS_OK)
         return rc;
     struct gdn_job job = {.ctx = ctx, .out = out, .y = y, .beta_raw = beta_raw,

@@ -22,6 +22,7 @@
  * token (it was ~1 us per token when each token was fetched on its own). */
 #include <limits.h>
 
+#include "../gdn_chunked_shape.h"
 #include "cuda_util.cuh"
 #include "gdn_chunked.h"
 #include "launch.cuh"
@@ -33,10 +34,10 @@
 #define GDN_THREADS 128
 #define GDN_TB 16                          /* tokens staged per batch */
 #define GDN_TPW (GDN_TB / (GDN_THREADS / 32)) /* tokens per warp and batch */
-/* Sequences with this many tokens in a step take the chunked form
+/* Sequences with GDN_CHUNKED_MIN_TOKENS (../gdn_chunked_shape.h, shared
+ * with the CPU backend) tokens in a step take the chunked form
  * (tests/gpu/test_gdn_chunked.c, H200: 9B shape 1.6x at 512 tokens, 27B
  * 1.05x; a 300-token sequence among short ones was slower chunked). */
-#define GDN_CHUNKED_MIN_TOKENS 512
 
 struct gdn_tok {
     float q[GDN_DK], k[GDN_DK], v[GDN_COLS];

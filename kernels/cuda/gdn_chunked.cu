@@ -47,6 +47,14 @@
  * the batch. They do depend on where a prompt's steps start (chunks align
  * to each step's first token of the sequence), unlike the scan.
  *
+ * Arithmetic: every rounding is explicit (__fmul_rn, __fadd_rn, __fsub_rn,
+ * __fmaf_rn and kernels/exact_math.h's xm_exp_nonpos, xm_softplus,
+ * xm_sigmoid, xm_l2_scale), so --use_fast_math neither contracts nor
+ * approximates anything here, and every sum is one FFMA chain in a fixed
+ * order (or the fixed warp_sum / shfl_up trees). kernels/cpu/gdn_chunked.c
+ * reproduces these kernels bit for bit (denormals flushed as here); a
+ * change here must change it there.
+ *
  * Both kernels launch through cuda_launch (launch.cuh: on sm_90 each is a
  * programmatic dependent of the previous kernel, waiting before any access).
  * No tensor-core instructions, no sm_80+ features (compiles for sm_70; needs
@@ -55,19 +63,17 @@
  * (gdn.cu) runs it for the sequences with >= GDN_CHUNKED_MIN_TOKENS tokens
  * in a step. */
 
+#include "../gdn_chunked_shape.h"
 #include "cuda_util.cuh"
 #include "gdn_chunked.h"
 #include "launch.cuh"
 #include "ops_cuda.cuh"
 
-#define GDNC_C 64               /* tokens per chunk */
-#define GDNC_D 128              /* key and value dim */
 #define GDNC_COLS 32            /* value columns per scan block */
 #define GDNC_THREADS 256
 #define GDNC_LD 132             /* row stride of the q/k tiles (floats) */
 #define GDNC_LDT 68             /* row stride of the A/T/P tiles */
 #define GDNC_ROW 132            /* scratch floats per token and head: T 64, P 64, G, beta, pad */
-#define GDNC_WIN 2048           /* batch tokens per window */
 #define GDNC_QREG (2 * GDNC_C * GDNC_LDT)   /* q tile, later T and P: 8704 >= 64 * 132 */
 #define GDNC_PREP_SMEM ((2 * GDNC_C * GDNC_LD + 2 * GDNC_C) * 4)
 #define GDNC_SCAN_SMEM ((GDNC_QREG + GDNC_C * GDNC_LD + GDNC_D * GDNC_COLS + 4 * GDNC_C) * 4)
@@ -200,16 +206,16 @@ static __global__ void __launch_bounds__(GDNC_THREADS, 2)
         gdnc_qk_store(Qs, Ks, x, n, g.eps);
         if (tid < 32) {   /* inclusive scan of g over the chunk, in a fixed order */
             float ah = g.a[h], dh = g.dt_bias[h];
-            float g0 = lane < n ? ah * gdnc_softplus(ar0 + dh) : 0.0f;
-            float g1 = lane + 32 < n ? ah * gdnc_softplus(ar1 + dh) : 0.0f;
+            float g0 = lane < n ? __fmul_rn(ah, gdnc_softplus(__fadd_rn(ar0, dh))) : 0.0f;
+            float g1 = lane + 32 < n ? __fmul_rn(ah, gdnc_softplus(__fadd_rn(ar1, dh))) : 0.0f;
 #pragma unroll
             for (int o = 1; o < 32; o <<= 1) {
                 float u0 = __shfl_up_sync(CS_FULL_MASK, g0, o);
                 float u1 = __shfl_up_sync(CS_FULL_MASK, g1, o);
                 if (lane >= o)
-                    g0 += u0, g1 += u1;
+                    g0 = __fadd_rn(g0, u0), g1 = __fadd_rn(g1, u1);
             }
-            g1 += __shfl_sync(CS_FULL_MASK, g0, 31);
+            g1 = __fadd_rn(g1, __shfl_sync(CS_FULL_MASK, g0, 31));
             sG[lane] = g0;
             sG[lane + 32] = g1;
             sB[lane] = lane < n ? sigmoid_f(br0) : 0.0f;
@@ -239,14 +245,14 @@ static __global__ void __launch_bounds__(GDNC_THREADS, 2)
         for (int r = 0; r < 4; r++)
 #pragma unroll
             for (int cc = 0; cc < 4; cc++) {
-                kk[r][cc] = fmaf(ka[r].x, kb[cc].x, kk[r][cc]);
-                kk[r][cc] = fmaf(ka[r].y, kb[cc].y, kk[r][cc]);
-                kk[r][cc] = fmaf(ka[r].z, kb[cc].z, kk[r][cc]);
-                kk[r][cc] = fmaf(ka[r].w, kb[cc].w, kk[r][cc]);
-                qk[r][cc] = fmaf(qa[r].x, kb[cc].x, qk[r][cc]);
-                qk[r][cc] = fmaf(qa[r].y, kb[cc].y, qk[r][cc]);
-                qk[r][cc] = fmaf(qa[r].z, kb[cc].z, qk[r][cc]);
-                qk[r][cc] = fmaf(qa[r].w, kb[cc].w, qk[r][cc]);
+                kk[r][cc] = __fmaf_rn(ka[r].x, kb[cc].x, kk[r][cc]);
+                kk[r][cc] = __fmaf_rn(ka[r].y, kb[cc].y, kk[r][cc]);
+                kk[r][cc] = __fmaf_rn(ka[r].z, kb[cc].z, kk[r][cc]);
+                kk[r][cc] = __fmaf_rn(ka[r].w, kb[cc].w, kk[r][cc]);
+                qk[r][cc] = __fmaf_rn(qa[r].x, kb[cc].x, qk[r][cc]);
+                qk[r][cc] = __fmaf_rn(qa[r].y, kb[cc].y, qk[r][cc]);
+                qk[r][cc] = __fmaf_rn(qa[r].z, kb[cc].z, qk[r][cc]);
+                qk[r][cc] = __fmaf_rn(qa[r].w, kb[cc].w, qk[r][cc]);
             }
     }
     __syncthreads();   /* q and k are no longer read: A and T take their space */
@@ -260,10 +266,12 @@ static __global__ void __launch_bounds__(GDNC_THREADS, 2)
             int i = tx + 16 * cc;
             float av = 0.0f, pv = 0.0f;
             if (i <= t && t < n) {
-                float e = expf(sG[t] - sG[i]);   /* G_t - G_i <= 0 */
-                pv = e * qk[r][cc];
+                /* G_t - G_i <= 0 (up to the scan's rounding: xm_exp_nonpos
+                 * is exact for small positive arguments too) */
+                float e = xm_exp_nonpos(__fsub_rn(sG[t], sG[i]));
+                pv = __fmul_rn(e, qk[r][cc]);
                 if (i < t)
-                    av = sB[t] * e * kk[r][cc];
+                    av = __fmul_rn(__fmul_rn(sB[t], e), kk[r][cc]);
             }
             As[t * GDNC_LDT + i] = av;
             if (t < n)
@@ -293,7 +301,7 @@ static __global__ void __launch_bounds__(GDNC_THREADS, 2)
             const float *arow = As + (base + tt) * GDNC_LDT + base;
 #pragma unroll
             for (int ss = 0; ss < tt; ss++)
-                acc = fmaf(-arow[ss], col[ss], acc);
+                acc = __fmaf_rn(-arow[ss], col[ss], acc);
             col[tt] = acc;
         }
 #pragma unroll
@@ -310,7 +318,7 @@ static __global__ void __launch_bounds__(GDNC_THREADS, 2)
             const float *arow = As + (m + u) * GDNC_LDT;
             float acc = 0.0f;
             for (int s2 = ci & ~15; s2 < m; s2++)   /* T[s2][ci] = 0 above ci's block */
-                acc = fmaf(arow[s2], Ts[s2 * GDNC_LDT + ci], acc);
+                acc = __fmaf_rn(arow[s2], Ts[s2 * GDNC_LDT + ci], acc);
             Ys[u * 48 + ci] = acc;
         }
         __syncthreads();
@@ -319,7 +327,7 @@ static __global__ void __launch_bounds__(GDNC_THREADS, 2)
             const float *trow = Ts + (m + u) * GDNC_LDT + m;
             float acc = 0.0f;
             for (int v = 0; v <= u; v++)
-                acc = fmaf(trow[v], Ys[v * 48 + ci], acc);
+                acc = __fmaf_rn(trow[v], Ys[v * 48 + ci], acc);
             Ts[(m + u) * GDNC_LDT + ci] = -acc;
         }
         __syncthreads();
@@ -375,14 +383,14 @@ static __global__ void __launch_bounds__(GDNC_THREADS, 1)
         int ts = t0 + c * GDNC_C, n = min(GDNC_C, t1 - ts);
         const float *scr = g.scratch + ((size_t)(ts - g.w0) * g.n_v_heads + h) * GDNC_ROW;
         float glast = scr[(n - 1) * scr_tok + 2 * GDNC_C];
-        float gam_end = expf(glast);
+        float gam_end = xm_exp_nonpos(glast);   /* G <= 0: a sum of g <= 0 */
         __syncthreads();   /* the previous chunk's reads are done */
         if (tid < GDNC_C) {
             float gt = tid < n ? scr[tid * scr_tok + 2 * GDNC_C] : glast;
             float bt = tid < n ? scr[tid * scr_tok + 2 * GDNC_C + 1] : 0.0f;
             sBeta[tid] = bt;
-            sGam[tid] = expf(gt);
-            sD[tid] = tid < n ? expf(glast - gt) : 0.0f;   /* G_{n-1} - G_t <= 0 */
+            sGam[tid] = xm_exp_nonpos(gt);
+            sD[tid] = tid < n ? xm_exp_nonpos(__fsub_rn(glast, gt)) : 0.0f;   /* G_{n-1} - G_t <= 0 */
         }
         gdnc_qk_store(Qs, Ks, raw, n, g.eps);
 #pragma unroll
@@ -431,8 +439,8 @@ static __global__ void __launch_bounds__(GDNC_THREADS, 1)
                     float sv[4] = {sb[e].x, sb[e].y, sb[e].z, sb[e].w};
 #pragma unroll
                     for (int cc = 0; cc < 4; cc++) {
-                        xq[r][cc] = fmaf(qv[e], sv[cc], xq[r][cc]);
-                        xk[r][cc] = fmaf(kv[e], sv[cc], xk[r][cc]);
+                        xq[r][cc] = __fmaf_rn(qv[e], sv[cc], xq[r][cc]);
+                        xk[r][cc] = __fmaf_rn(kv[e], sv[cc], xk[r][cc]);
                     }
                 }
             }
@@ -449,7 +457,8 @@ static __global__ void __launch_bounds__(GDNC_THREADS, 1)
             int t = idx >> 5, q4 = 4 * (idx & 31);
             float d = sD[t];
             float4 v = ld4(Ks + t * GDNC_LD + q4);
-            st4(Ks + t * GDNC_LD + q4, make_float4(v.x * d, v.y * d, v.z * d, v.w * d));
+            st4(Ks + t * GDNC_LD + q4, make_float4(__fmul_rn(v.x, d), __fmul_rn(v.y, d),
+                                                 __fmul_rn(v.z, d), __fmul_rn(v.w, d)));
         }
         float o[2][4];
 #pragma unroll
@@ -458,8 +467,8 @@ static __global__ void __launch_bounds__(GDNC_THREADS, 1)
             float gam = sGam[t], bt = sBeta[t], rr[4];
 #pragma unroll
             for (int cc = 0; cc < 4; cc++) {
-                o[r][cc] = gam * xq[r][cc];
-                rr[cc] = bt * (vr[r][cc] - gam * xk[r][cc]);
+                o[r][cc] = __fmul_rn(gam, xq[r][cc]);
+                rr[cc] = __fmul_rn(bt, __fmaf_rn(-gam, xk[r][cc], vr[r][cc]));   /* v - gam X: one FFMA */
             }
             st4(Rs + t * GDNC_COLS + j0, make_float4(rr[0], rr[1], rr[2], rr[3]));
         }
@@ -488,7 +497,7 @@ static __global__ void __launch_bounds__(GDNC_THREADS, 1)
                     float rv[4] = {rb[e].x, rb[e].y, rb[e].z, rb[e].w};
 #pragma unroll
                     for (int cc = 0; cc < 4; cc++)
-                        w[r][cc] = fmaf(tv[e], rv[cc], w[r][cc]);
+                        w[r][cc] = __fmaf_rn(tv[e], rv[cc], w[r][cc]);
                 }
             }
         }
@@ -514,7 +523,7 @@ static __global__ void __launch_bounds__(GDNC_THREADS, 1)
                     float wv[4] = {wb[e].x, wb[e].y, wb[e].z, wb[e].w};
 #pragma unroll
                     for (int cc = 0; cc < 4; cc++)
-                        o[r][cc] = fmaf(pv[e], wv[cc], o[r][cc]);
+                        o[r][cc] = __fmaf_rn(pv[e], wv[cc], o[r][cc]);
                 }
             }
         }
@@ -534,7 +543,7 @@ static __global__ void __launch_bounds__(GDNC_THREADS, 1)
         for (int a = 0; a < 4; a++)
 #pragma unroll
             for (int cc = 0; cc < 4; cc++)
-                S[a][cc] *= gam_end;
+                S[a][cc] = __fmul_rn(S[a][cc], gam_end);
         for (int t = 0; t < n; t++) {
             float4 kv = ld4(Ks + t * GDNC_LD + i0), wv = ld4(Ws + t * GDNC_COLS + j0);
             float ka[4] = {kv.x, kv.y, kv.z, kv.w}, wa[4] = {wv.x, wv.y, wv.z, wv.w};
@@ -542,7 +551,7 @@ static __global__ void __launch_bounds__(GDNC_THREADS, 1)
             for (int a = 0; a < 4; a++)
 #pragma unroll
                 for (int cc = 0; cc < 4; cc++)
-                    S[a][cc] = fmaf(ka[a], wa[cc], S[a][cc]);
+                    S[a][cc] = __fmaf_rn(ka[a], wa[cc], S[a][cc]);
         }
     }
 #pragma unroll

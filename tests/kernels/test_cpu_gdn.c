@@ -7,7 +7,13 @@
  * sizes; the conv state ends holding the last K-1 pre-conv columns; results
  * are bit-identical for 1, 2 and 3 threads, for a sequence alone vs in a
  * batch, and for one prefill step vs token-by-token steps; bad slots are
- * refused with CS_ERANGE. */
+ * refused with CS_ERANGE. Prefills of 600 and 1100 tokens (one step; 512 or
+ * more take the chunked form of kernels/cpu/gdn_chunked.c, as on the GPU:
+ * 9 and 17 full 64-token chunks plus a partial one, the second sequence's
+ * chunks aligned to its start at batch token 603) agree with the same tokens
+ * run through the recurrence in steps of fewer than 512 tokens to 1e-4 of
+ * the largest output and state value, and give the same bits for 1, 2 and 3
+ * threads. */
 #include "../../common/status.h"
 #include "kernel_test.h"
 
@@ -58,6 +64,7 @@ static void gdata_free(struct gdata *d)
 struct gout {
     float *y[NS], *o[NS];      /* conv output and gdn output per sequence */
     float *conv_state;         /* final conv state of all slots */
+    float *rec;                /* final recurrent state of all slots */
 };
 
 static void gout_free(struct gout *g)
@@ -67,6 +74,35 @@ static void gout_free(struct gout *g)
         free(g->o[s]);
     }
     free(g->conv_state);
+    free(g->rec);
+}
+
+/* kt_batch_init (kernel_test.h) for batches of up to 2048 tokens. */
+#define GB_MAXT 2048
+struct gbatch {
+    struct cs_batch b;
+    int32_t tokens[GB_MAXT], pos[GB_MAXT], seq_of[GB_MAXT], seq_start[NS + 1], slot[NS];
+    int32_t pages[NS];
+};
+
+static void gbatch_init(struct gbatch *kb, int n_seqs, const int *len, const int *start,
+                        const int *slot)
+{
+    memset(kb, 0, sizeof(*kb));
+    int t = 0;
+    for (int s = 0; s < n_seqs; s++) {
+        kb->seq_start[s] = t;
+        kb->slot[s] = slot[s];
+        for (int i = 0; i < len[s] && t < GB_MAXT; i++, t++) {
+            kb->pos[t] = start[s] + i;
+            kb->seq_of[t] = s;
+            kb->tokens[t] = t;
+        }
+    }
+    kb->seq_start[n_seqs] = t;
+    kb->b = (struct cs_batch){.n_tokens = t, .n_seqs = n_seqs, .tokens = kb->tokens,
+                              .pos = kb->pos, .seq_of = kb->seq_of, .seq_start = kb->seq_start,
+                              .slot = kb->slot, .page_table = kb->pages, .max_pages = 1};
 }
 
 /* Run steps: steps[k][s] tokens of sequence s in step k (0: absent). Only the
@@ -96,8 +132,8 @@ static struct gout gdn_run(int n_threads, const struct gcfg *c, const struct gda
                 slots[n] = c->slot[s];
                 ids[n++] = s;
             }
-        struct kt_batch kb;
-        kt_batch_init(&kb, n, lens, starts, slots, 1);
+        static struct gbatch kb;
+        gbatch_init(&kb, n, lens, starts, slots);
         int nt = kb.b.n_tokens;
         float *x = calloc((size_t)nt * C, 4), *y = calloc((size_t)nt * C, 4);
         float *br = calloc((size_t)nt * c->Hv, 4), *ar = calloc((size_t)nt * c->Hv, 4);
@@ -126,6 +162,9 @@ static struct gout gdn_run(int n_threads, const struct gcfg *c, const struct gda
     size_t cs = (size_t)c->n_slots * (c->K - 1) * C;
     g.conv_state = malloc(cs * 4);
     memcpy(g.conv_state, st.conv, cs * 4);
+    size_t rs = (size_t)c->n_slots * c->Hv * c->Dk * c->Dv;
+    g.rec = malloc(rs * 4);
+    memcpy(g.rec, st.rec, rs * 4);
     be->free(be, st.conv);
     be->free(be, st.rec);
     be->destroy(be);
@@ -248,6 +287,59 @@ static void test_gdn_real_size(void)
     check_gdn_cfg(&c);
 }
 
+/* max |a - b| / max |b| */
+static double rel_err(const float *a, const float *b, size_t n)
+{
+    double d = 0, m = 0;
+    for (size_t i = 0; i < n; i++) {
+        d = fmax(d, fabs((double)a[i] - b[i]));
+        m = fmax(m, fabs((double)b[i]));
+    }
+    return m > 0 ? d / m : d;
+}
+
+/* Long prefills take the chunked form (>= 512 tokens of a sequence in the
+ * step): close to the recurrence, thread invariant. Sequence 2 stays short
+ * (the recurrence) in the same batch and keeps its bits. */
+static void test_gdn_chunked_prefill(void)
+{
+    struct gcfg c = {.Gk = 2, .Hv = 4, .Dk = 128, .Dv = 128, .K = 4, .total = {603, 1103, 5},
+                     .slot = {2, 0, 1}, .n_slots = 3};
+    struct gdata d;
+    gdata_make(&d, &c);
+    /* a short step first (state not zero), then the prefills in one step */
+    const int chunked[2][NS] = {{3, 3, 2}, {600, 1100, 3}};
+    /* the same tokens by the recurrence: steps of fewer than 512 tokens */
+    const int split[5][NS] = {{3, 3, 2}, {300, 275, 3}, {300, 275, 0}, {0, 275, 0}, {0, 275, 0}};
+    struct gout g1 = gdn_run(1, &c, &d, 2, chunked), g2 = gdn_run(2, &c, &d, 2, chunked),
+                g3 = gdn_run(3, &c, &d, 2, chunked), gr = gdn_run(3, &c, &d, 5, split);
+    int O = c.Hv * c.Dv;
+    size_t rs = (size_t)c.n_slots * c.Hv * c.Dk * c.Dv;
+    for (int s = 0; s < NS; s++) {
+        size_t no = (size_t)c.total[s] * O;
+        CHECK(kt_same(g1.o[s], g2.o[s], no) && kt_same(g1.o[s], g3.o[s], no));
+        double e = rel_err(g1.o[s], gr.o[s], no);
+        CHECK(e < 1e-4);
+        if (!(e < 1e-4))
+            fprintf(stderr, "seq %d: chunked vs recurrence out rel diff %g\n", s, e);
+    }
+    CHECK(kt_same(g1.rec, g2.rec, rs) && kt_same(g1.rec, g3.rec, rs));
+    double es = rel_err(g1.rec, gr.rec, rs);
+    CHECK(es < 1e-4);
+    fprintf(stderr, "chunked vs recurrence: out %g %g, state %g (relative, bound 1e-4)\n",
+            rel_err(g1.o[0], gr.o[0], (size_t)c.total[0] * O),
+            rel_err(g1.o[1], gr.o[1], (size_t)c.total[1] * O), es);
+    /* the short sequence ran the recurrence in both: same bits */
+    CHECK(kt_same(g1.o[2], gr.o[2], (size_t)c.total[2] * O));
+    /* the chunked one is not the recurrence's arithmetic (not the same bits) */
+    CHECK(!kt_same(g1.o[1], gr.o[1], (size_t)c.total[1] * O));
+    gout_free(&g1);
+    gout_free(&g2);
+    gout_free(&g3);
+    gout_free(&gr);
+    gdata_free(&d);
+}
+
 static void test_gdn_refuses_bad_slot(void)
 {
     struct cs_backend *be = kt_backend(1, 0);
@@ -272,6 +364,7 @@ int main(void)
 {
     RUN(test_gdn_small);
     RUN(test_gdn_real_size);
+    RUN(test_gdn_chunked_prefill);
     RUN(test_gdn_refuses_bad_slot);
     return test_report();
 }
