@@ -20,10 +20,11 @@
  * compare the two bit for bit. The constants below are the kernels' build
  * defaults (DEC_WARPS, APF_KT, APF_SPLIT, cs_attn_split_len). Outside the
  * GPU's shapes (head_dim != 256, GQA group > 8) the same arithmetic runs
- * with lanes of (head_dim + 31) / 32 dims. Not reproduced: denormals (the
- * GPU flushes them, fast math's -ftz; xm_exp_nonpos never makes one, but a product
- * can when the scores of one row span more than ~85) and the sign of a zero
- * where the GPU adds 0 * v for a masked position (skipped here).
+ * with lanes of (head_dim + 31) / 32 dims. Subnormals are flushed as on the
+ * GPU (fast math's -ftz; here the thread pool's fpmode.h: xm_exp_nonpos never
+ * makes one, but a product can when the scores of one row span more than
+ * ~85). Not reproduced: the sign of a zero where the GPU adds 0 * v for a
+ * masked position (skipped here).
  *
  * Both paths are batch invariant: every value depends on the token's own
  * position and its sequence's KV only (splits and tiles at absolute

@@ -38,52 +38,11 @@
  *   S = S Gam_{n-1}, then S += sum over t < n of (d K)[t][i] W[t][j], one
  *   chain in t order.
  * Denormals: the CUDA build flushes them (--use_fast_math implies
- * -ftz=true: subnormal inputs and results of every float operation are
- * zero), and products with exp(G_t - G_i) near 1e-38 make them common here,
- * so the item runs with the FPU's flush-to-zero and denormals-are-zero modes
- * on (x86 MXCSR FTZ | DAZ, aarch64 FPCR.FZ), restored afterwards. */
+ * -ftz=true), and products with exp(G_t - G_i) near 1e-38 make them common
+ * here; the item runs in the CPU backend's thread pool, which flushes them
+ * too (fpmode.h). */
 #include "../gdn_chunked_shape.h"
 #include "cpu.h"
-
-#if defined(__x86_64__) || defined(__i386__)
-#include <xmmintrin.h>
-typedef unsigned gdnc_fpmode;
-static gdnc_fpmode gdnc_ftz_enter(void)
-{
-    unsigned old = _mm_getcsr();
-    _mm_setcsr(old | 0x8040u);   /* FTZ (bit 15) and DAZ (bit 6) */
-    return old;
-}
-static void gdnc_ftz_leave(gdnc_fpmode old)
-{
-    _mm_setcsr(old);
-}
-#elif defined(__aarch64__)
-typedef uint64_t gdnc_fpmode;
-static gdnc_fpmode gdnc_ftz_enter(void)
-{
-    uint64_t old;
-    __asm__ __volatile__("mrs %0, fpcr" : "=r"(old));
-    __asm__ __volatile__("msr fpcr, %0" : : "r"(old | (1ull << 24)));   /* FZ */
-    return old;
-}
-static void gdnc_ftz_leave(gdnc_fpmode old)
-{
-    __asm__ __volatile__("msr fpcr, %0" : : "r"(old));
-}
-#else
-/* No known way to flush denormals: results agree with the GPU's except
- * where a value falls below FLT_MIN. */
-typedef int gdnc_fpmode;
-static gdnc_fpmode gdnc_ftz_enter(void)
-{
-    return 0;
-}
-static void gdnc_ftz_leave(gdnc_fpmode old)
-{
-    (void)old;
-}
-#endif
 
 #if defined(__GNUC__) && defined(__x86_64__) && !defined(__clang__)
 #define GDNC_HOT __attribute__((target_clones("fma", "default")))
@@ -379,7 +338,5 @@ void cpu_gdn_chunked_seq(float *out, const float *y, const float *beta_raw, cons
     struct gdnc_seq q = {.y = y, .beta_raw = beta_raw, .alpha_raw = alpha_raw, .ah = a[h],
                          .dh = dt_bias[h], .eps = eps, .conv_dim = st->conv_dim,
                          .Gk = st->n_k_heads, .Hv = st->n_v_heads, .h = h};
-    gdnc_fpmode mode = gdnc_ftz_enter();
     gdnc_seq_run(&q, out, S, t0, t1, scratch);
-    gdnc_ftz_leave(mode);
 }

@@ -2,13 +2,16 @@
  *
  * Workers sleep on a condition variable until the job generation changes, run
  * their chunk, and count themselves done; the caller runs chunk 0 and waits for
- * the count. Chunk i of c covers [n*i/c, n*(i+1)/c). */
+ * the count. Chunk i of c covers [n*i/c, n*(i+1)/c). Every chunk runs with
+ * subnormals flushed (fpmode.h): the workers keep the mode for their
+ * lifetime, the caller for the length of each threadpool_for. */
 #include "threadpool.h"
 
 #include <pthread.h>
 #include <stdlib.h>
 
 #include "../../common/status.h"
+#include "fpmode.h"
 
 struct threadpool_worker {
     struct threadpool *pool;
@@ -45,6 +48,7 @@ static void *worker_main(void *arg)
     struct threadpool_worker *w = arg;
     struct threadpool *p = w->pool;
     uint64_t seen = 0;
+    (void)cpu_fpmode_flush_enter();   /* this thread only ever runs chunks */
     pthread_mutex_lock(&p->lock);
     for (;;) {
         while (!p->stop && p->generation == seen)
@@ -124,8 +128,10 @@ void threadpool_for(struct threadpool *pool, int64_t n, int64_t grain, threadpoo
         grain = 1;
     int64_t want = (n + grain - 1) / grain;
     int n_chunks = pool->n_threads < want ? pool->n_threads : (int)want;
+    cpu_fpmode caller_mode = cpu_fpmode_flush_enter();
     if (n_chunks <= 1) {
         fn(arg, 0, n, 0);
+        cpu_fpmode_restore(caller_mode);
         return;
     }
     pthread_mutex_lock(&pool->lock);
@@ -144,4 +150,5 @@ void threadpool_for(struct threadpool *pool, int64_t n, int64_t grain, threadpoo
     while (pool->n_pending > 0)
         pthread_cond_wait(&pool->done, &pool->lock);
     pthread_mutex_unlock(&pool->lock);
+    cpu_fpmode_restore(caller_mode);
 }

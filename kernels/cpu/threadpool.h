@@ -5,7 +5,8 @@
  * runs fn on each; the caller's thread runs chunk 0 and returns when all are
  * done. Which thread runs an item never changes what the item computes: ops
  * give every output element to exactly one item with a fixed arithmetic order,
- * which is what makes results identical for any thread count.
+ * which is what makes results identical for any thread count. Every item
+ * runs with subnormal floats flushed to zero, as on the GPU (fpmode.h).
  * One caller at a time (the backend's ops are called from one thread). */
 #ifndef CS_KERNELS_CPU_THREADPOOL_H
 #define CS_KERNELS_CPU_THREADPOOL_H

@@ -257,7 +257,12 @@ static void test_ops_attention(int Hq, int Hkv, uint32_t kv_type, const char *ta
  * 512 the scan (gdn.cu, mirrored by kernels/cpu/gdn.c). Either way the CPU
  * follows the GPU bit for bit ("bits" checks: conv outputs, GDN outputs and
  * states over all three steps, each step from the CPU's conv output). */
-static void test_ops_gdn(int Gk, int Hv, int plen, const char *tag)
+/* sub: the prefill sequence (slot 2) starts from a zero state and its first
+ * 8 tokens have beta_raw = -88 (sigmoid 6.1e-39, subnormal): the GPU
+ * flushes such values (-ftz) and the CPU's thread pool must too
+ * (kernels/cpu/fpmode.h), or the betas, updates, states and outputs of
+ * those tokens differ. */
+static void test_ops_gdn_case(int Gk, int Hv, int plen, int sub, const char *tag)
 {
     char name[64];
     int conv_dim = 2 * Gk * 128 + Hv * 128, n_slots = 4;
@@ -267,6 +272,11 @@ static void test_ops_gdn(int Gk, int Hv, int plen, const char *tag)
     size_t conv_n = (size_t)n_slots * 3 * conv_dim, rec_n = (size_t)n_slots * Hv * 128 * 128;
     struct pair conv = pair_randv(conv_n, 1.0f), rec = pair_randv(rec_n, 0.05f);
     sc.conv = conv.c, sg.conv = conv.g, sc.rec = rec.c, sg.rec = rec.g;
+    if (sub) {
+        size_t slot_n = (size_t)Hv * 128 * 128;
+        CHECK(cpu->zero(cpu, (float *)rec.c + 2 * slot_n, slot_n * 4) == 0);
+        CHECK(gpu->zero(gpu, (float *)rec.g + 2 * slot_n, slot_n * 4) == 0);
+    }
     struct pair w = pair_randv((size_t)conv_dim * 4, 0.5f), a = pair_randv(Hv, 1.0f),
                 dt = pair_randv(Hv, 1.0f);
     {   /* a = -exp(A_log) < 0 */
@@ -289,6 +299,15 @@ static void test_ops_gdn(int Gk, int Hv, int plen, const char *tag)
         int T = t.b.n_tokens;
         struct pair x = pair_randv((size_t)T * conv_dim, 2.0f), y = pair_new(NULL, (size_t)T * conv_dim * 4);
         struct pair br = pair_randv((size_t)T * Hv, 2.0f), ar = pair_randv((size_t)T * Hv, 2.0f);
+        if (sub && step == 0) {   /* batch tokens 0..7: the prefill sequence's first */
+            float *h = malloc((size_t)T * Hv * 4);
+            cpu->download(cpu, h, br.c, (size_t)T * Hv * 4);
+            for (int i = 0; i < 8 * Hv; i++)
+                h[i] = -88.0f;
+            cpu->upload(cpu, br.c, h, (size_t)T * Hv * 4);
+            gpu->upload(gpu, br.g, h, (size_t)T * Hv * 4);
+            free(h);
+        }
         struct pair o = pair_new(NULL, (size_t)T * Hv * 128 * 4);
         CHECK(cpu->conv1d_silu(cpu, y.c, x.c, w.c, &sc, &t.b) == 0);
         CHECK(gpu->conv1d_silu(gpu, y.g, x.g, w.g, &sg, &t.b) == 0);
@@ -322,6 +341,11 @@ static void test_ops_gdn(int Gk, int Hv, int plen, const char *tag)
     snprintf(name, sizeof name, "gdn state bits %s", tag);
     report(name, pair_floats_differ(&rec, rec_n), 0);
     pair_free(&conv), pair_free(&rec), pair_free(&w), pair_free(&a), pair_free(&dt);
+}
+
+static void test_ops_gdn(int Gk, int Hv, int plen, const char *tag)
+{
+    test_ops_gdn_case(Gk, Hv, plen, 0, tag);
 }
 
 /* ---- embed ---- */
@@ -653,6 +677,8 @@ int main(void)
     test_ops_gdn(16, 48, 600, "27B");
     test_ops_gdn(16, 32, 37, "9B scan");
     test_ops_gdn(16, 48, 300, "27B scan");
+    test_ops_gdn_case(16, 32, 37, 1, "9B scan subnormal");
+    test_ops_gdn_case(16, 32, 600, 1, "9B subnormal");
     test_ops_embed(CS_DTYPE_Q8_0, 4096, "q8_0");
     test_ops_embed(CS_DTYPE_F16, 4096, "f16");
     test_ops_embed(CS_DTYPE_F32, 1024, "f32");

@@ -13,7 +13,8 @@
  * chunks aligned to its start at batch token 603) agree with the same tokens
  * run through the recurrence in steps of fewer than 512 tokens to 1e-4 of
  * the largest output and state value, and give the same bits for 1, 2 and 3
- * threads. */
+ * threads. No output or state is subnormal (the GPU flushes them; the
+ * CPU's thread pool runs its items with FTZ | DAZ), in either form. */
 #include "../../common/status.h"
 #include "kernel_test.h"
 
@@ -340,6 +341,45 @@ static void test_gdn_chunked_prefill(void)
     gdata_free(&d);
 }
 
+/* No value the CPU backend computes is subnormal: the CUDA build flushes
+ * them (fast math's -ftz), so the CPU runs its ops with FTZ | DAZ
+ * (kernels/cpu/fpmode.h, set by the thread pool) to give the same bits. A
+ * sequence starting from a zero state with beta_raw = -88 (sigmoid 6.1e-39,
+ * a subnormal unless flushed) for its first 8 tokens makes subnormal betas,
+ * updates, states and outputs without the flush, in the scan (40 tokens)
+ * and in the chunked form (603). The later tokens' normal betas follow. */
+static int count_subnormal(const float *v, size_t n)
+{
+    int k = 0;
+    for (size_t i = 0; i < n; i++)
+        k += fpclassify(v[i]) == FP_SUBNORMAL;
+    return k;
+}
+
+static void test_gdn_flushes_subnormals(void)
+{
+    struct gcfg c = {.Gk = 2, .Hv = 4, .Dk = 128, .Dv = 128, .K = 4, .total = {40, 603, 5},
+                     .slot = {0, 1, 2}, .n_slots = 3};
+    struct gdata d;
+    gdata_make(&d, &c);
+    for (int s = 0; s < 2; s++)
+        for (int i = 0; i < 8 * c.Hv; i++)
+            d.braw[s][i] = -88.0f;
+    const int steps[1][NS] = {{40, 603, 5}};
+    for (int threads = 1; threads <= 2; threads++) {
+        struct gout g = gdn_run(threads, &c, &d, 1, steps);
+        int O = c.Hv * c.Dv, n_sub = 0;
+        for (int s = 0; s < NS; s++)
+            n_sub += count_subnormal(g.o[s], (size_t)c.total[s] * O);
+        n_sub += count_subnormal(g.rec, (size_t)c.n_slots * c.Hv * c.Dk * c.Dv);
+        CHECK_EQ_INT(n_sub, 0);
+        /* the later tokens are not all zero: the test runs real values */
+        CHECK(fabsf(g.o[0][(size_t)39 * O]) + fabsf(g.o[1][(size_t)602 * O]) > 0.0f);
+        gout_free(&g);
+    }
+    gdata_free(&d);
+}
+
 static void test_gdn_refuses_bad_slot(void)
 {
     struct cs_backend *be = kt_backend(1, 0);
@@ -365,6 +405,7 @@ int main(void)
     RUN(test_gdn_small);
     RUN(test_gdn_real_size);
     RUN(test_gdn_chunked_prefill);
+    RUN(test_gdn_flushes_subnormals);
     RUN(test_gdn_refuses_bad_slot);
     return test_report();
 }
