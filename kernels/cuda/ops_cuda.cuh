@@ -22,10 +22,13 @@
  * 69 us with 256 and 71 us with 1024; 4K took 16 us with 128 against 17.5
  * with 64. Fewer, longer splits mean fewer blocks paying a block's fixed
  * cost, as long as the blocks still fill the GPU. */
+#ifndef CS_ATTN_DEC_SPLITS   /* -D only to time variants: kernels/cpu/attention.c mirrors 64 */
+#define CS_ATTN_DEC_SPLITS 64
+#endif
 static __host__ __device__ __forceinline__ int cs_attn_split_len(int pos)
 {
     int len = 128;
-    while (len < 4096 && len * 64 < pos)
+    while (len < 4096 && len * CS_ATTN_DEC_SPLITS < pos)
         len <<= 1;
     return len;
 }
