@@ -1,0 +1,374 @@
+/* bench_persistent.cu - an experiment, not product code: how close a decode
+ * step's matrix calls come to the read bandwidth when they run as one
+ * persistent kernel (grid-wide barriers between the projections) instead of
+ * one launch each, and whether the next projection's weights can be in
+ * flight across the barrier.
+ *
+ * Why: docs/PERF.md's decode analysis: every matrix call of a 9B decode step
+ * takes ~4-5 us more than its bytes (fill and drain around each launch and
+ * dependency), ~24% of the step; the matrix calls alone reach ~74% of the
+ * read probe, the whole step ~63%. The way past it named there is a
+ * persistent decode kernel. This program measures that idea on the matrix
+ * calls alone, with a deliberately plain GEMV written here (Q8_0-like int8
+ * rows with an fp16 scale per 32 values, times int8 activations with an fp32
+ * scale per 32, DP4A), so the variants below differ only in how the calls
+ * are sequenced:
+ *   launch:      one kernel launch per matrix, stream order;
+ *   graph:       the same launches captured in one CUDA graph;
+ *   persistent:  one cooperative kernel walks all matrices, a grid barrier
+ *                (atomic counter) between two;
+ *   +L2:         the same, and before each barrier every block prefetches
+ *                into L2 the rows it will read first in the next matrix;
+ *   +regs:       the same, and before each barrier every warp loads its first
+ *                row pair's first 4,096 columns of the next matrix into
+ *                registers (the barrier and the activation quantization then
+ *                overlap that load).
+ * Matrices: the 9B preset's decode sequence of matrix shapes, 32 layers of
+ * [12352 x 4096 (GDN in), 4096 x 4096 (out), 24576 x 4096 (gate+up),
+ * 4096 x 12288 (down)] and the LM head 248320 x 4096, each its own memory
+ * (8.4 GB, nothing reused from L2); each call's input is the previous
+ * call's output (its first n_in values), quantized per 32 by every block in
+ * its prologue. All variants compute the same bits: the final output's
+ * checksum is compared (a broken barrier would show).
+ * Prints one BENCH line per variant: ms per pass, GB/s, % of the read probe
+ * measured in the same run (kernels/cuda/probe.h). */
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "../../kernels/cuda/probe.h"
+
+#define PT_THREADS 256
+#define PT_WARPS (PT_THREADS / 32)
+#define PT_CH 4096          /* columns per chunk: 32 lanes x 8 loads x 16 bytes */
+#define PT_MAXK 12288
+#define PT_MAXM 160
+
+struct pt_mat {
+    const int8_t *w;        /* [n_out][n_in] */
+    const __half *d;        /* [n_out][n_in / 32] */
+    int n_out, n_in;
+};
+
+struct pt_args {
+    struct pt_mat m[PT_MAXM];
+    int n_mats;
+    float *buf[2];          /* call i reads buf[i % 2], writes buf[(i + 1) % 2] */
+    unsigned *barrier;
+};
+
+#define CK(x)                                                                        \
+    do {                                                                             \
+        cudaError_t e_ = (x);                                                        \
+        if (e_ != cudaSuccess) {                                                     \
+            fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); \
+            exit(1);                                                                 \
+        }                                                                            \
+    } while (0)
+
+/* A warp's weights for one row pair and one chunk, as loaded. */
+struct pt_regs {
+    int4 w[2][8];
+    __half d[2][8];
+};
+
+static __device__ __forceinline__ void pt_load(struct pt_regs &r, const struct pt_mat &m, int row,
+                                               int kc, int lane)
+{
+#pragma unroll
+    for (int j = 0; j < 2; j++) {
+        const int8_t *wr = m.w + (size_t)(row + j) * m.n_in + kc + lane * 16;
+        const __half *dr = m.d + (size_t)(row + j) * (m.n_in / 32) + kc / 32 + lane / 2;
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            bool in = kc + i * 512 < m.n_in;
+            r.w[j][i] = in ? __ldg((const int4 *)(wr + i * 512)) : make_int4(0, 0, 0, 0);
+            r.d[j][i] = in ? __ldg(dr + i * 16) : __float2half(0.0f);
+        }
+    }
+}
+
+static __device__ __forceinline__ void pt_dot(const struct pt_regs &r, const int8_t *xq,
+                                              const float *dx, int kc, int n_in, int lane,
+                                              float acc[2])
+{
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        int e = kc + i * 512 + lane * 16;
+        if (e >= n_in)
+            break;
+        int4 xv = *(const int4 *)(xq + e);
+        float sx = dx[e / 32];
+#pragma unroll
+        for (int j = 0; j < 2; j++) {
+            int s = __dp4a(r.w[j][i].x, xv.x, 0);
+            s = __dp4a(r.w[j][i].y, xv.y, s);
+            s = __dp4a(r.w[j][i].z, xv.z, s);
+            s = __dp4a(r.w[j][i].w, xv.w, s);
+            acc[j] = fmaf(__half2float(r.d[j][i]) * sx, (float)s, acc[j]);
+        }
+    }
+}
+
+/* Every block quantizes the whole input x[0, n) into shared memory: int8
+ * per value, one fp32 scale (amax / 127) per 32. A warp takes 128 values at
+ * a time (4 blocks of 32, 8 lanes each). */
+static __device__ void pt_quantize(const float *x, int n, int8_t *xq, float *dx)
+{
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    for (int base = warp * 128; base < n; base += PT_WARPS * 128) {
+        int e = base + lane * 4;
+        float4 v = e < n ? __ldcg((const float4 *)(x + e)) : make_float4(0, 0, 0, 0);
+        float a = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
+#pragma unroll
+        for (int o = 4; o > 0; o >>= 1)
+            a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, o));
+        float d = a / 127.0f, inv = a > 0.0f ? 127.0f / a : 0.0f;
+        if (e < n) {
+            char4 q = make_char4((signed char)__float2int_rn(v.x * inv), (signed char)__float2int_rn(v.y * inv),
+                                 (signed char)__float2int_rn(v.z * inv), (signed char)__float2int_rn(v.w * inv));
+            *(char4 *)(xq + e) = q;
+            if ((lane & 7) == 0)
+                dx[e / 32] = d;
+        }
+    }
+}
+
+/* The rows of matrix m this block's warps own: row pairs gw, gw + GW, ...
+ * (gw the warp's index in the grid). r is the warp's working registers;
+ * preloaded: r already holds the first row pair's first chunk. */
+static __device__ __forceinline__ void pt_rows(const struct pt_mat &m, const int8_t *xq, const float *dx,
+                                               float *y, struct pt_regs &r, bool preloaded)
+{
+    int lane = threadIdx.x & 31;
+    int gw = blockIdx.x * PT_WARPS + (threadIdx.x >> 5), GW = gridDim.x * PT_WARPS;
+    for (int row = gw * 2; row < m.n_out; row += GW * 2) {
+        float acc[2] = {0.0f, 0.0f};
+        for (int kc = 0; kc < m.n_in; kc += PT_CH) {
+            if (!preloaded)
+                pt_load(r, m, row, kc, lane);
+            preloaded = false;
+            pt_dot(r, xq, dx, kc, m.n_in, lane, acc);
+        }
+#pragma unroll
+        for (int j = 0; j < 2; j++) {
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1)
+                acc[j] += __shfl_xor_sync(0xffffffffu, acc[j], o);
+        }
+        if (lane == 0) {
+            y[row] = acc[0];
+            y[row + 1] = acc[1];
+        }
+    }
+}
+
+/* One matrix per launch. */
+static __global__ void __launch_bounds__(PT_THREADS, 2) k_pt_one(struct pt_mat m, const float *x, float *y)
+{
+    __shared__ __align__(16) int8_t xq[PT_MAXK];
+    __shared__ float dx[PT_MAXK / 32];
+    struct pt_regs r;
+    pt_quantize(x, m.n_in, xq, dx);
+    __syncthreads();
+    pt_rows(m, xq, dx, y, r, false);
+}
+
+static __device__ __forceinline__ void pt_grid_sync(unsigned *ctr, unsigned target)
+{
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        __threadfence();
+        atomicAdd(ctr, 1u);
+        while (*(volatile unsigned *)ctr < target) {
+        }
+        __threadfence();
+    }
+    __syncthreads();
+}
+
+/* All matrices in one cooperative launch. mode 0: plain; 1: L2 prefetch of
+ * the block's first rows of the next matrix before each barrier; 2: each
+ * warp's first chunk of the next matrix loaded into registers before it. */
+template <int MODE>
+static __global__ void __launch_bounds__(PT_THREADS, 2) k_pt_persistent(const struct pt_args *a)
+{
+    __shared__ __align__(16) int8_t xq[PT_MAXK];
+    __shared__ float dx[PT_MAXK / 32];
+    int lane = threadIdx.x & 31;
+    int gw = blockIdx.x * PT_WARPS + (threadIdx.x >> 5);
+    struct pt_regs r;   /* MODE 2: holds the next matrix's first chunk across the barrier */
+    bool have_pre = false;
+    for (int i = 0; i < a->n_mats; i++) {
+        const struct pt_mat &m = a->m[i];
+        if (i > 0)
+            pt_grid_sync(a->barrier, (unsigned)i * gridDim.x);
+        pt_quantize(a->buf[i & 1], m.n_in, xq, dx);
+        __syncthreads();
+        pt_rows(m, xq, dx, a->buf[(i + 1) & 1], r, have_pre);
+        have_pre = false;
+        if (i + 1 < a->n_mats) {
+            const struct pt_mat &n = a->m[i + 1];
+            if (MODE == 1) {   /* the block's 16 first rows' first chunk, 128-byte lines */
+                int rows = PT_WARPS * 2, cols = n.n_in < PT_CH ? n.n_in : PT_CH;
+                int lines = rows * cols / 128;
+                for (int l = threadIdx.x; l < lines; l += PT_THREADS) {
+                    int r = blockIdx.x * rows + l / (cols / 128), c = (l % (cols / 128)) * 128;
+                    if (r < n.n_out)
+                        asm volatile("prefetch.global.L2 [%0];" ::"l"(n.w + (size_t)r * n.n_in + c));
+                }
+            } else if (MODE == 2 && gw * 2 < n.n_out) {
+                pt_load(r, n, gw * 2, 0, lane);
+                have_pre = true;
+            }
+        }
+    }
+}
+
+static __global__ void k_fill(int8_t *w, __half *d, size_t n_w, size_t n_d, uint32_t seed, float scale)
+{
+    size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n_w; i += stride) {
+        uint32_t h = (uint32_t)i * 2654435761u ^ seed;
+        h ^= h >> 15;
+        h *= 2246822519u;
+        h ^= h >> 13;
+        w[i] = (int8_t)((int)(h % 255) - 127);
+        if (i < n_d)
+            d[i] = __float2half(scale * (0.5f + (float)(h >> 24) / 256.0f));
+    }
+}
+
+static double checksum(const float *dev, int n)
+{
+    float *h = (float *)malloc((size_t)n * 4);
+    CK(cudaMemcpy(h, dev, (size_t)n * 4, cudaMemcpyDeviceToHost));
+    double s = 0;
+    for (int i = 0; i < n; i++)
+        s += (double)h[i] * (double)((i % 7) + 1);
+    free(h);
+    return s;
+}
+
+int main(void)
+{
+    struct cuda_probe p;
+    if (cuda_probe_run(&p, 0) != 0) {
+        fprintf(stderr, "probe failed\n");
+        return 1;
+    }
+    printf("probe: read %.1f GB/s, %d SMs\n", p.read_gbps, p.sm_count);
+    static struct pt_args a;
+    const int shapes[4][2] = {{12352, 4096}, {4096, 4096}, {24576, 4096}, {4096, 12288}};
+    double bytes = 0;
+    for (int l = 0; l < 32; l++)
+        for (int s = 0; s < 4; s++) {
+            a.m[a.n_mats].n_out = shapes[s][0];
+            a.m[a.n_mats++].n_in = shapes[s][1];
+        }
+    a.m[a.n_mats].n_out = 248320;
+    a.m[a.n_mats++].n_in = 4096;
+    for (int i = 0; i < a.n_mats; i++) {
+        struct pt_mat *m = &a.m[i];
+        size_t nw = (size_t)m->n_out * m->n_in, nd = nw / 32;
+        int8_t *w;
+        __half *d;
+        CK(cudaMalloc(&w, nw));
+        CK(cudaMalloc(&d, nd * 2));
+        k_fill<<<1024, 256>>>(w, d, nw, nd, 0x9e3779b9u * (i + 1), 1.0f / (127.0f * sqrtf((float)m->n_in)));
+        m->w = w;
+        m->d = d;
+        bytes += (double)nw + 2.0 * nd;
+    }
+    CK(cudaMalloc(&a.buf[0], 248320 * 4));
+    CK(cudaMalloc(&a.buf[1], 248320 * 4));
+    CK(cudaMalloc(&a.barrier, 4));
+    {
+        float *h = (float *)malloc(248320 * 4);
+        for (int i = 0; i < 248320; i++)
+            h[i] = sinf(0.37f * i);
+        CK(cudaMemcpy(a.buf[0], h, 248320 * 4, cudaMemcpyHostToDevice));
+        free(h);
+    }
+    struct pt_args *a_dev;
+    CK(cudaMalloc(&a_dev, sizeof a));
+    CK(cudaMemcpy(a_dev, &a, sizeof a, cudaMemcpyHostToDevice));
+    CK(cudaDeviceSynchronize());
+    printf("matrices: %d, %.3f GB a pass\n", a.n_mats, bytes / 1e9);
+
+    int per_sm = 8, occ;
+    CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, k_pt_persistent<0>, PT_THREADS, 0));
+    per_sm = occ < per_sm ? occ : per_sm;
+    CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, k_pt_persistent<1>, PT_THREADS, 0));
+    per_sm = occ < per_sm ? occ : per_sm;
+    CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, k_pt_persistent<2>, PT_THREADS, 0));
+    per_sm = occ < per_sm ? occ : per_sm;
+    CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, k_pt_one, PT_THREADS, 0));
+    per_sm = occ < per_sm ? occ : per_sm;
+    /* the same grid for every variant, so each row is computed the same way */
+    int grid_p = p.sm_count * per_sm, grid_l = grid_p;
+    printf("blocks: %d per SM (%d persistent, %d a launch)\n", per_sm, grid_p, grid_l);
+
+    cudaStream_t s;
+    CK(cudaStreamCreate(&s));
+    /* the input of pass 0 is buf[0]; the last call writes buf[n_mats % 2]; every
+     * pass restarts from the same buf[0] only if n_mats is odd and buf[0] is
+     * restored: keep a copy */
+    float *x0;
+    CK(cudaMalloc(&x0, 248320 * 4));
+    CK(cudaMemcpy(x0, a.buf[0], 248320 * 4, cudaMemcpyDeviceToDevice));
+    int out = a.n_mats & 1, n_last = a.m[a.n_mats - 1].n_out;
+
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    for (int i = 0; i < a.n_mats; i++)
+        k_pt_one<<<grid_l, PT_THREADS, 0, s>>>(a.m[i], a.buf[i & 1], a.buf[(i + 1) & 1]);
+    CK(cudaStreamEndCapture(s, &graph));
+    CK(cudaGraphInstantiate(&exec, graph, 0));
+
+    const char *names[5] = {"launch", "graph", "persistent", "persistent+L2", "persistent+regs"};
+    double sums[5];
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    for (int v = 0; v < 5; v++) {
+        float best = 1e30f;
+        for (int rep = 0; rep < 6; rep++) {
+            CK(cudaMemcpyAsync(a.buf[0], x0, 248320 * 4, cudaMemcpyDeviceToDevice, s));
+            CK(cudaMemsetAsync(a.barrier, 0, 4, s));
+            CK(cudaEventRecord(e0, s));
+            if (v == 0) {
+                for (int i = 0; i < a.n_mats; i++)
+                    k_pt_one<<<grid_l, PT_THREADS, 0, s>>>(a.m[i], a.buf[i & 1], a.buf[(i + 1) & 1]);
+            } else if (v == 1) {
+                CK(cudaGraphLaunch(exec, s));
+            } else {
+                void *args[] = {&a_dev};
+                void (*k)(const struct pt_args *) = v == 2   ? k_pt_persistent<0>
+                                                    : v == 3 ? k_pt_persistent<1>
+                                                             : k_pt_persistent<2>;
+                CK(cudaLaunchCooperativeKernel((void *)k, grid_p, PT_THREADS, args, 0, s));
+            }
+            CK(cudaEventRecord(e1, s));
+            CK(cudaEventSynchronize(e1));
+            CK(cudaGetLastError());
+            float ms;
+            CK(cudaEventElapsedTime(&ms, e0, e1));
+            if (rep > 0 && ms < best)
+                best = ms;
+        }
+        sums[v] = checksum(a.buf[out], n_last);
+        double gbps = bytes / (best * 1e-3) / 1e9;
+        printf("BENCH persistent_%s %.3f ms a pass, %.1f GB/s, %.1f%% of read, checksum %.9g%s\n", names[v],
+               best, gbps, 100.0 * gbps / p.read_gbps, sums[v], sums[v] == sums[0] ? "" : " DIFFERS");
+    }
+    int differ = 0;
+    for (int v = 1; v < 5; v++)
+        differ += sums[v] != sums[0];
+    printf("RESULT persistent variants same output %s\n", differ ? "FAIL" : "PASS");
+    return differ ? 1 : 0;
+}
