@@ -192,7 +192,11 @@ static __device__ __forceinline__ void pt_grid_sync(unsigned *ctr, unsigned targ
 
 /* All matrices in one cooperative launch. mode 0: plain; 1: L2 prefetch of
  * the block's first rows of the next matrix before each barrier; 2: each
- * warp's first chunk of the next matrix loaded into registers before it. */
+ * warp's first chunk of the next matrix loaded into registers before it.
+ * Diagnostics (their outputs are not the model's, only their time counts):
+ * 3: the input quantized once, for the first matrix only (barriers kept);
+ * 4: neither barriers nor quantization after the first (the rows alone);
+ * 5: barriers and quantization, no rows (the overhead alone). */
 template <int MODE>
 static __global__ void __launch_bounds__(PT_THREADS, 2) k_pt_persistent(const struct pt_args *a)
 {
@@ -204,11 +208,15 @@ static __global__ void __launch_bounds__(PT_THREADS, 2) k_pt_persistent(const st
     bool have_pre = false;
     for (int i = 0; i < a->n_mats; i++) {
         const struct pt_mat &m = a->m[i];
-        if (i > 0)
+        if (i > 0 && MODE != 4)
             pt_grid_sync(a->barrier, (unsigned)i * gridDim.x);
-        pt_quantize(a->buf[i & 1], m.n_in, xq, dx);
-        __syncthreads();
-        pt_rows(m, xq, dx, a->buf[(i + 1) & 1], r, have_pre);
+        if (i == 0 || MODE < 3 || MODE == 5) {
+            /* mode 3/4 keep the first input's quantization, padded to the widest */
+            pt_quantize(a->buf[i & 1], MODE == 3 || MODE == 4 ? PT_MAXK : m.n_in, xq, dx);
+            __syncthreads();
+        }
+        if (MODE != 5)
+            pt_rows(m, xq, dx, a->buf[(i + 1) & 1], r, have_pre);
         have_pre = false;
         if (i + 1 < a->n_mats) {
             const struct pt_mat &n = a->m[i + 1];
@@ -306,6 +314,8 @@ int main(void)
     per_sm = occ < per_sm ? occ : per_sm;
     CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, k_pt_persistent<2>, PT_THREADS, 0));
     per_sm = occ < per_sm ? occ : per_sm;
+    CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, k_pt_persistent<4>, PT_THREADS, 0));
+    per_sm = occ < per_sm ? occ : per_sm;
     CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, k_pt_one, PT_THREADS, 0));
     per_sm = occ < per_sm ? occ : per_sm;
     /* the same grid for every variant, so each row is computed the same way */
@@ -330,12 +340,13 @@ int main(void)
     CK(cudaStreamEndCapture(s, &graph));
     CK(cudaGraphInstantiate(&exec, graph, 0));
 
-    const char *names[5] = {"launch", "graph", "persistent", "persistent+L2", "persistent+regs"};
-    double sums[5];
+    const char *names[8] = {"launch", "graph", "persistent", "persistent+L2", "persistent+regs",
+                             "diag_no_requantize", "diag_rows_only", "diag_overhead_only"};
+    double sums[8];
     cudaEvent_t e0, e1;
     CK(cudaEventCreate(&e0));
     CK(cudaEventCreate(&e1));
-    for (int v = 0; v < 5; v++) {
+    for (int v = 0; v < 8; v++) {
         float best = 1e30f;
         for (int rep = 0; rep < 6; rep++) {
             CK(cudaMemcpyAsync(a.buf[0], x0, 248320 * 4, cudaMemcpyDeviceToDevice, s));
@@ -348,9 +359,10 @@ int main(void)
                 CK(cudaGraphLaunch(exec, s));
             } else {
                 void *args[] = {&a_dev};
-                void (*k)(const struct pt_args *) = v == 2   ? k_pt_persistent<0>
-                                                    : v == 3 ? k_pt_persistent<1>
-                                                             : k_pt_persistent<2>;
+                void (*ks[6])(const struct pt_args *) = {k_pt_persistent<0>, k_pt_persistent<1>,
+                                                         k_pt_persistent<2>, k_pt_persistent<3>,
+                                                         k_pt_persistent<4>, k_pt_persistent<5>};
+                void (*k)(const struct pt_args *) = ks[v - 2];
                 CK(cudaLaunchCooperativeKernel((void *)k, grid_p, PT_THREADS, args, 0, s));
             }
             CK(cudaEventRecord(e1, s));
@@ -364,7 +376,8 @@ int main(void)
         sums[v] = checksum(a.buf[out], n_last);
         double gbps = bytes / (best * 1e-3) / 1e9;
         printf("BENCH persistent_%s %.3f ms a pass, %.1f GB/s, %.1f%% of read, checksum %.9g%s\n", names[v],
-               best, gbps, 100.0 * gbps / p.read_gbps, sums[v], sums[v] == sums[0] ? "" : " DIFFERS");
+               best, gbps, 100.0 * gbps / p.read_gbps, sums[v],
+               v >= 5 ? " (diagnostic)" : sums[v] == sums[0] ? "" : " DIFFERS");
     }
     int differ = 0;
     for (int v = 1; v < 5; v++)
