@@ -38,6 +38,12 @@
 #define SEG_BLOCKS_PER_SM 3          /* the __launch_bounds__ below (4 spilled at 56 registers) */
 #define SEG_MAX_NT 4                 /* tokens per launch (shared memory) */
 #define SEG_MAX_UNITS 8192           /* row groups per launch (tickets in the workspace) */
+/* Virtual warps of the add_rmsnorm prologue's sums unrolled together (-D to
+ * time variants): at 4 the compiler issues their loads together. */
+#ifndef SEG_AN_UNROLL
+#define SEG_AN_UNROLL 1
+#endif
+static constexpr int seg_an_unroll = SEG_AN_UNROLL;   /* #pragma unroll expands no macro */
 #define SEG_CL_FLOATS 2048           /* partials a block of a cluster launch receives (8 KB) */
 #ifndef SEG_CL_MAX
 #define SEG_CL_MAX 8                 /* segments a cluster launch may have: the portable cluster
@@ -172,7 +178,7 @@ static __device__ __forceinline__ void seg_addnorm_sums(const struct cuda_mm_pro
                                                         int lane, float *ssw)
 {
     static_assert(SEG_WARPS * 4 * 32 == NORM_THREADS, "4 virtual warps per loader warp");
-#pragma unroll 1
+#pragma unroll seg_an_unroll
     for (int j = 0; j < 4; j++) {
         int vw = warp * 4 + j, vt = vw * 32 + lane;
         float v[NORM_NPT];
