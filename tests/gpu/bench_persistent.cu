@@ -58,6 +58,18 @@ struct pt_args {
     int n_mats;
     float *buf[2];          /* call i reads buf[i % 2], writes buf[(i + 1) % 2] */
     unsigned *barrier;
+    /* modes 8, 9: buf[j] quantized by its producer into gq[j] / gdx[j]; cnt[j]
+     * counts the finished row pairs of each 32-row block (zero between uses) */
+    int8_t *gq[2];
+    float *gdx[2];
+    unsigned *cnt[2];
+};
+
+/* Where a producer quantizes its output (modes 8, 9); cnt NULL: nowhere. */
+struct pt_qout {
+    int8_t *xq;
+    float *dx;
+    unsigned *cnt;
 };
 
 #define CK(x)                                                                        \
@@ -172,7 +184,8 @@ static __device__ void pt_quantize_batched(const float *x, int n, int8_t *xq, fl
  * (gw the warp's index in the grid). r is the warp's working registers;
  * preloaded: r already holds the first row pair's first chunk. */
 static __device__ __forceinline__ void pt_rows(const struct pt_mat &m, const int8_t *xq, const float *dx,
-                                               float *y, struct pt_regs &r, bool preloaded)
+                                               float *y, struct pt_regs &r, bool preloaded,
+                                               struct pt_qout qo = {NULL, NULL, NULL})
 {
     int lane = threadIdx.x & 31;
     int gw = blockIdx.x * PT_WARPS + (threadIdx.x >> 5), GW = gridDim.x * PT_WARPS;
@@ -194,6 +207,58 @@ static __device__ __forceinline__ void pt_rows(const struct pt_mat &m, const int
             y[row] = acc[0];
             y[row + 1] = acc[1];
         }
+        if (qo.cnt) {   /* the last row pair of a 32-row block quantizes the block */
+            unsigned t = 0;
+            if (lane == 0) {
+                __threadfence();
+                t = atomicAdd(qo.cnt + row / 32, 1u);
+            }
+            t = __shfl_sync(0xffffffffu, t, 0);
+            if (t == 15) {
+                __threadfence();
+                int b = row / 32;
+                float v = __ldcg(y + b * 32 + lane), a = fabsf(v);
+#pragma unroll
+                for (int o = 16; o > 0; o >>= 1)
+                    a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, o));
+                float d = a / 127.0f, inv = a > 0.0f ? 127.0f / a : 0.0f;
+                qo.xq[b * 32 + lane] = (int8_t)__float2int_rn(v * inv);
+                if (lane == 0) {
+                    qo.dx[b] = d;
+                    qo.cnt[b] = 0;   /* for the next use of this set */
+                }
+            }
+        }
+    }
+}
+
+/* Modes 8, 9: the producer's quantized input into shared memory, every load
+ * in flight at once (n <= PT_MAXK: 3 x 16 bytes and 2 scales a thread). */
+static __device__ void pt_load_quantized(const int8_t *gq, const float *gdx, int n, int8_t *xq, float *dx)
+{
+    int4 v[3];
+    float d[2];
+#pragma unroll
+    for (int k = 0; k < 3; k++) {
+        int i = threadIdx.x + k * PT_THREADS;
+        v[k] = i < n / 16 ? __ldcg((const int4 *)gq + i) : make_int4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int k = 0; k < 2; k++) {
+        int i = threadIdx.x + k * PT_THREADS;
+        d[k] = i < n / 32 ? __ldcg(gdx + i) : 0.0f;
+    }
+#pragma unroll
+    for (int k = 0; k < 3; k++) {
+        int i = threadIdx.x + k * PT_THREADS;
+        if (i < n / 16)
+            ((int4 *)xq)[i] = v[k];
+    }
+#pragma unroll
+    for (int k = 0; k < 2; k++) {
+        int i = threadIdx.x + k * PT_THREADS;
+        if (i < n / 32)
+            dx[i] = d[k];
     }
 }
 
@@ -228,7 +293,10 @@ static __device__ __forceinline__ void pt_grid_sync(unsigned *ctr, unsigned targ
  * 3: the input quantized once, for the first matrix only (barriers kept);
  * 4: neither barriers nor quantization after the first (the rows alone);
  * 5: barriers and quantization, no rows (the overhead alone).
- * 6: mode 0 with pt_quantize_batched; 7: mode 2 with it. */
+ * 6: mode 0 with pt_quantize_batched; 7: mode 2 with it.
+ * 8: each output quantized once, by its producer (the last row pair of a
+ * 32-row block), the consumers loading int8 in one round trip; 9: mode 8
+ * with the register preload of mode 2. */
 template <int MODE>
 static __global__ void __launch_bounds__(PT_THREADS, 2) k_pt_persistent(const struct pt_args *a)
 {
@@ -242,7 +310,10 @@ static __global__ void __launch_bounds__(PT_THREADS, 2) k_pt_persistent(const st
         const struct pt_mat &m = a->m[i];
         if (i > 0 && MODE != 4)
             pt_grid_sync(a->barrier, (unsigned)i * gridDim.x);
-        if (i == 0 || MODE < 3 || MODE >= 5) {
+        if (MODE >= 8 && i > 0) {
+            pt_load_quantized(a->gq[i & 1], a->gdx[i & 1], m.n_in, xq, dx);
+            __syncthreads();
+        } else if (i == 0 || MODE < 3 || MODE >= 5) {
             /* mode 3/4 keep the first input's quantization, padded to the widest */
             if (MODE >= 6)
                 pt_quantize_batched(a->buf[i & 1], m.n_in, xq, dx);
@@ -250,8 +321,11 @@ static __global__ void __launch_bounds__(PT_THREADS, 2) k_pt_persistent(const st
                 pt_quantize(a->buf[i & 1], MODE == 3 || MODE == 4 ? PT_MAXK : m.n_in, xq, dx);
             __syncthreads();
         }
+        struct pt_qout qo = {NULL, NULL, NULL};
+        if (MODE >= 8 && i + 1 < a->n_mats)
+            qo = (struct pt_qout){a->gq[(i + 1) & 1], a->gdx[(i + 1) & 1], a->cnt[(i + 1) & 1]};
         if (MODE != 5)
-            pt_rows(m, xq, dx, a->buf[(i + 1) & 1], r, have_pre);
+            pt_rows(m, xq, dx, a->buf[(i + 1) & 1], r, have_pre, qo);
         have_pre = false;
         if (i + 1 < a->n_mats) {
             const struct pt_mat &n = a->m[i + 1];
@@ -263,7 +337,7 @@ static __global__ void __launch_bounds__(PT_THREADS, 2) k_pt_persistent(const st
                     if (r < n.n_out)
                         asm volatile("prefetch.global.L2 [%0];" ::"l"(n.w + (size_t)r * n.n_in + c));
                 }
-            } else if ((MODE == 2 || MODE == 7) && gw * 2 < n.n_out) {
+            } else if ((MODE == 2 || MODE == 7 || MODE == 9) && gw * 2 < n.n_out) {
                 pt_load(r, n, gw * 2, 0, lane);
                 have_pre = true;
             }
@@ -329,6 +403,12 @@ int main(void)
     CK(cudaMalloc(&a.buf[0], 248320 * 4));
     CK(cudaMalloc(&a.buf[1], 248320 * 4));
     CK(cudaMalloc(&a.barrier, 4));
+    for (int j = 0; j < 2; j++) {
+        CK(cudaMalloc(&a.gq[j], 248320));
+        CK(cudaMalloc(&a.gdx[j], 248320 / 32 * 4));
+        CK(cudaMalloc(&a.cnt[j], 248320 / 32 * 4));
+        CK(cudaMemset(a.cnt[j], 0, 248320 / 32 * 4));
+    }
     {
         float *h = (float *)malloc(248320 * 4);
         for (int i = 0; i < 248320; i++)
@@ -352,6 +432,8 @@ int main(void)
     CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, k_pt_persistent<4>, PT_THREADS, 0));
     per_sm = occ < per_sm ? occ : per_sm;
     CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, k_pt_persistent<7>, PT_THREADS, 0));
+    per_sm = occ < per_sm ? occ : per_sm;
+    CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, k_pt_persistent<9>, PT_THREADS, 0));
     per_sm = occ < per_sm ? occ : per_sm;
     CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, k_pt_one, PT_THREADS, 0));
     per_sm = occ < per_sm ? occ : per_sm;
@@ -377,14 +459,15 @@ int main(void)
     CK(cudaStreamEndCapture(s, &graph));
     CK(cudaGraphInstantiate(&exec, graph, 0));
 
-    const char *names[10] = {"launch", "graph", "persistent", "persistent+L2", "persistent+regs",
+    const char *names[12] = {"launch", "graph", "persistent", "persistent+L2", "persistent+regs",
                              "diag_no_requantize", "diag_rows_only", "diag_overhead_only",
-                             "persistent+batchedq", "persistent+batchedq+regs"};
-    double sums[10];
+                             "persistent+batchedq", "persistent+batchedq+regs",
+                             "persistent+producerq", "persistent+producerq+regs"};
+    double sums[12];
     cudaEvent_t e0, e1;
     CK(cudaEventCreate(&e0));
     CK(cudaEventCreate(&e1));
-    for (int v = 0; v < 10; v++) {
+    for (int v = 0; v < 12; v++) {
         float best = 1e30f;
         for (int rep = 0; rep < 6; rep++) {
             CK(cudaMemcpyAsync(a.buf[0], x0, 248320 * 4, cudaMemcpyDeviceToDevice, s));
@@ -397,10 +480,11 @@ int main(void)
                 CK(cudaGraphLaunch(exec, s));
             } else {
                 void *args[] = {&a_dev};
-                void (*ks[8])(const struct pt_args *) = {k_pt_persistent<0>, k_pt_persistent<1>,
-                                                         k_pt_persistent<2>, k_pt_persistent<3>,
-                                                         k_pt_persistent<4>, k_pt_persistent<5>,
-                                                         k_pt_persistent<6>, k_pt_persistent<7>};
+                void (*ks[10])(const struct pt_args *) = {k_pt_persistent<0>, k_pt_persistent<1>,
+                                                          k_pt_persistent<2>, k_pt_persistent<3>,
+                                                          k_pt_persistent<4>, k_pt_persistent<5>,
+                                                          k_pt_persistent<6>, k_pt_persistent<7>,
+                                                          k_pt_persistent<8>, k_pt_persistent<9>};
                 void (*k)(const struct pt_args *) = ks[v - 2];
                 CK(cudaLaunchCooperativeKernel((void *)k, grid_p, PT_THREADS, args, 0, s));
             }
@@ -419,7 +503,7 @@ int main(void)
                v >= 5 && v <= 7 ? " (diagnostic)" : sums[v] == sums[0] ? "" : " DIFFERS");
     }
     int differ = 0;
-    for (int v = 1; v < 10; v++)
+    for (int v = 1; v < 12; v++)
         differ += (v < 5 || v > 7) && sums[v] != sums[0];
     printf("RESULT persistent variants same output %s\n", differ ? "FAIL" : "PASS");
     return differ ? 1 : 0;
