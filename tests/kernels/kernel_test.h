@@ -50,15 +50,23 @@ static inline struct cs_backend *kt_backend(int n_threads, int int8)
 
 /* A batch of n_seqs sequences: sequence s has len[s] tokens at positions
  * start[s].., GDN slot slot[s] and pages page_table[s][0..max_pages). */
+#define KT_MAXT 2048   /* tokens a kt_batch holds */
 struct kt_batch {
     struct cs_batch b;
-    int32_t tokens[512], pos[512], seq_of[512], seq_start[17], slot[16];
+    int32_t tokens[KT_MAXT], pos[KT_MAXT], seq_of[KT_MAXT], seq_start[17], slot[16];
     int32_t pages[16 * 64];
 };
 
 static inline void kt_batch_init(struct kt_batch *kb, int n_seqs, const int *len, const int *start,
                                  const int *slot, int max_pages)
 {
+    int total = 0;
+    for (int s = 0; s < n_seqs; s++)
+        total += len[s];
+    if (n_seqs > 16 || total > KT_MAXT) {
+        fprintf(stderr, "kt_batch_init: %d sequences, %d tokens: over 16 / %d\n", n_seqs, total, KT_MAXT);
+        exit(1);
+    }
     memset(kb, 0, sizeof(*kb));
     int t = 0;
     for (int s = 0; s < n_seqs; s++) {

@@ -78,34 +78,6 @@ static void gout_free(struct gout *g)
     free(g->rec);
 }
 
-/* kt_batch_init (kernel_test.h) for batches of up to 2048 tokens. */
-#define GB_MAXT 2048
-struct gbatch {
-    struct cs_batch b;
-    int32_t tokens[GB_MAXT], pos[GB_MAXT], seq_of[GB_MAXT], seq_start[NS + 1], slot[NS];
-    int32_t pages[NS];
-};
-
-static void gbatch_init(struct gbatch *kb, int n_seqs, const int *len, const int *start,
-                        const int *slot)
-{
-    memset(kb, 0, sizeof(*kb));
-    int t = 0;
-    for (int s = 0; s < n_seqs; s++) {
-        kb->seq_start[s] = t;
-        kb->slot[s] = slot[s];
-        for (int i = 0; i < len[s] && t < GB_MAXT; i++, t++) {
-            kb->pos[t] = start[s] + i;
-            kb->seq_of[t] = s;
-            kb->tokens[t] = t;
-        }
-    }
-    kb->seq_start[n_seqs] = t;
-    kb->b = (struct cs_batch){.n_tokens = t, .n_seqs = n_seqs, .tokens = kb->tokens,
-                              .pos = kb->pos, .seq_of = kb->seq_of, .seq_start = kb->seq_start,
-                              .slot = kb->slot, .page_table = kb->pages, .max_pages = 1};
-}
-
 /* Run steps: steps[k][s] tokens of sequence s in step k (0: absent). Only the
  * sequences with present[s] are run at all. */
 static struct gout gdn_run(int n_threads, const struct gcfg *c, const struct gdata *d,
@@ -133,8 +105,8 @@ static struct gout gdn_run(int n_threads, const struct gcfg *c, const struct gda
                 slots[n] = c->slot[s];
                 ids[n++] = s;
             }
-        static struct gbatch kb;
-        gbatch_init(&kb, n, lens, starts, slots);
+        static struct kt_batch kb;
+        kt_batch_init(&kb, n, lens, starts, slots, 1);
         int nt = kb.b.n_tokens;
         float *x = calloc((size_t)nt * C, 4), *y = calloc((size_t)nt * C, 4);
         float *br = calloc((size_t)nt * c->Hv, 4), *ar = calloc((size_t)nt * c->Hv, 4);
