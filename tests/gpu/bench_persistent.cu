@@ -422,21 +422,17 @@ int main(void)
     CK(cudaDeviceSynchronize());
     printf("matrices: %d, %.3f GB a pass\n", a.n_mats, bytes / 1e9);
 
-    int per_sm = 8, occ;
-    CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, k_pt_persistent<0>, PT_THREADS, 0));
-    per_sm = occ < per_sm ? occ : per_sm;
-    CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, k_pt_persistent<1>, PT_THREADS, 0));
-    per_sm = occ < per_sm ? occ : per_sm;
-    CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, k_pt_persistent<2>, PT_THREADS, 0));
-    per_sm = occ < per_sm ? occ : per_sm;
-    CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, k_pt_persistent<4>, PT_THREADS, 0));
-    per_sm = occ < per_sm ? occ : per_sm;
-    CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, k_pt_persistent<7>, PT_THREADS, 0));
-    per_sm = occ < per_sm ? occ : per_sm;
-    CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, k_pt_persistent<9>, PT_THREADS, 0));
-    per_sm = occ < per_sm ? occ : per_sm;
-    CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, k_pt_one, PT_THREADS, 0));
-    per_sm = occ < per_sm ? occ : per_sm;
+    void (*ks[10])(const struct pt_args *) = {k_pt_persistent<0>, k_pt_persistent<1>,
+                                              k_pt_persistent<2>, k_pt_persistent<3>,
+                                              k_pt_persistent<4>, k_pt_persistent<5>,
+                                              k_pt_persistent<6>, k_pt_persistent<7>,
+                                              k_pt_persistent<8>, k_pt_persistent<9>};
+    int per_sm, occ;
+    CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_pt_one, PT_THREADS, 0));
+    for (int k = 0; k < 10; k++) {
+        CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, ks[k], PT_THREADS, 0));
+        per_sm = occ < per_sm ? occ : per_sm;
+    }
     /* the same grid for every variant, so each row is computed the same way */
     int grid_p = p.sm_count * per_sm, grid_l = grid_p;
     printf("blocks: %d per SM (%d persistent, %d a launch)\n", per_sm, grid_p, grid_l);
@@ -480,11 +476,6 @@ int main(void)
                 CK(cudaGraphLaunch(exec, s));
             } else {
                 void *args[] = {&a_dev};
-                void (*ks[10])(const struct pt_args *) = {k_pt_persistent<0>, k_pt_persistent<1>,
-                                                          k_pt_persistent<2>, k_pt_persistent<3>,
-                                                          k_pt_persistent<4>, k_pt_persistent<5>,
-                                                          k_pt_persistent<6>, k_pt_persistent<7>,
-                                                          k_pt_persistent<8>, k_pt_persistent<9>};
                 void (*k)(const struct pt_args *) = ks[v - 2];
                 CK(cudaLaunchCooperativeKernel((void *)k, grid_p, PT_THREADS, args, 0, s));
             }
