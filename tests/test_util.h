@@ -7,6 +7,7 @@
 #define CS_TEST_UTIL_H
 
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 
 static int test_failures, test_checks, test_count;
@@ -54,6 +55,17 @@ static inline int test_report(void)
 {
     fprintf(stderr, "%d tests, %d checks, %d failed\n", test_count, test_checks, test_failures);
     return test_failures ? 1 : 0;
+}
+
+/* max |a - b| / max |b| over n values (max |a - b| when b is all zero). */
+static inline double test_rel_diff(const float *a, const float *b, size_t n)
+{
+    double d = 0, m = 0;
+    for (size_t i = 0; i < n; i++) {
+        d = fmax(d, fabs((double)a[i] - b[i]));
+        m = fmax(m, fabs((double)b[i]));
+    }
+    return m > 0 ? d / m : d;
 }
 
 #endif

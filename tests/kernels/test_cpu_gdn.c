@@ -260,17 +260,6 @@ static void test_gdn_real_size(void)
     check_gdn_cfg(&c);
 }
 
-/* max |a - b| / max |b| */
-static double rel_err(const float *a, const float *b, size_t n)
-{
-    double d = 0, m = 0;
-    for (size_t i = 0; i < n; i++) {
-        d = fmax(d, fabs((double)a[i] - b[i]));
-        m = fmax(m, fabs((double)b[i]));
-    }
-    return m > 0 ? d / m : d;
-}
-
 /* Long prefills take the chunked form (>= 512 tokens of a sequence in the
  * step): close to the recurrence, thread invariant. Sequence 2 stays short
  * (the recurrence) in the same batch and keeps its bits. */
@@ -291,17 +280,17 @@ static void test_gdn_chunked_prefill(void)
     for (int s = 0; s < NS; s++) {
         size_t no = (size_t)c.total[s] * O;
         CHECK(kt_same(g1.o[s], g2.o[s], no) && kt_same(g1.o[s], g3.o[s], no));
-        double e = rel_err(g1.o[s], gr.o[s], no);
+        double e = test_rel_diff(g1.o[s], gr.o[s], no);
         CHECK(e < 1e-4);
         if (!(e < 1e-4))
             fprintf(stderr, "seq %d: chunked vs recurrence out rel diff %g\n", s, e);
     }
     CHECK(kt_same(g1.rec, g2.rec, rs) && kt_same(g1.rec, g3.rec, rs));
-    double es = rel_err(g1.rec, gr.rec, rs);
+    double es = test_rel_diff(g1.rec, gr.rec, rs);
     CHECK(es < 1e-4);
     fprintf(stderr, "chunked vs recurrence: out %g %g, state %g (relative, bound 1e-4)\n",
-            rel_err(g1.o[0], gr.o[0], (size_t)c.total[0] * O),
-            rel_err(g1.o[1], gr.o[1], (size_t)c.total[1] * O), es);
+            test_rel_diff(g1.o[0], gr.o[0], (size_t)c.total[0] * O),
+            test_rel_diff(g1.o[1], gr.o[1], (size_t)c.total[1] * O), es);
     /* the short sequence ran the recurrence in both: same bits */
     CHECK(kt_same(g1.o[2], gr.o[2], (size_t)c.total[2] * O));
     /* the chunked one is not the recurrence's arithmetic (not the same bits) */

@@ -36,17 +36,6 @@ static bool open_or_fail(struct harness *h, const char *path, bool int8)
     return rc == 0;
 }
 
-/* max |a - b| / max |b| over n values. */
-static double rel_diff(const float *a, const float *b, size_t n)
-{
-    double md = 0, mb = 0;
-    for (size_t i = 0; i < n; i++) {
-        md = fmax(md, fabs((double)a[i] - b[i]));
-        mb = fmax(mb, fabs((double)b[i]));
-    }
-    return mb > 0 ? md / mb : md;
-}
-
 static int argmax(const float *v, int n)
 {
     int best = 0;
@@ -88,7 +77,7 @@ static void check_against_reference(const char *path, bool int8, double tol)
     double worst = 0;
     int top1 = 0;
     for (int t = 0; t < N_PROMPT; t++) {
-        worst = fmax(worst, rel_diff(got + t * FX_VOCAB, want + t * FX_VOCAB, FX_VOCAB));
+        worst = fmax(worst, test_rel_diff(got + t * FX_VOCAB, want + t * FX_VOCAB, FX_VOCAB));
         top1 += argmax(got + t * FX_VOCAB, FX_VOCAB) == argmax(want + t * FX_VOCAB, FX_VOCAB);
     }
     fprintf(stderr, "  %s int8=%d: max rel diff %.3g, top-1 %d/%d\n", path, int8, worst, top1,
@@ -130,7 +119,7 @@ static void test_model_prefill_equals_decode(void)
     }
     harness_seq_end(&h, &s);
     bool bitwise = memcmp(pre, dec, sizeof(float) * N_PROMPT * FX_VOCAB) == 0;
-    double d = rel_diff(pre, dec, (size_t)N_PROMPT * FX_VOCAB);
+    double d = test_rel_diff(pre, dec, (size_t)N_PROMPT * FX_VOCAB);
     fprintf(stderr, "  prefill vs decode: %s (max rel diff %.3g)\n",
             bitwise ? "bit-identical" : "not bit-identical", d);
     CHECK(d <= (on_gpu ? 1e-2 : 1e-5));
