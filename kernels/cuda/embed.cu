@@ -1,8 +1,8 @@
 /* embed.cu - embed of kernels/ops.h on CUDA: out[t] = row tokens[t] of the
  * embedding table, dequantized to fp32, reading the table in the device
  * layout matmul.h documents (Q8_0 in 32-row groups with separate fp16
- * scales; F16 as in the file; F32 and BF16 as fp32). One block per token;
- * token ids out of range give a zero row rather than an out-of-bounds read. */
+ * scales; F16 as in the file; F32 and BF16 as fp32). Token ids out of
+ * range give a zero row rather than an out-of-bounds read. */
 #include <cuda_fp16.h>
 
 #include "../../common/gguf.h"
@@ -11,7 +11,12 @@
 #include "ops_cuda.cuh"
 
 #define EMBED_THREADS 256
+#define EMBED_PER_THREAD 4   /* values a thread dequantizes, their loads in flight together */
+#define EMBED_PER_BLOCK (EMBED_THREADS * EMBED_PER_THREAD)
 
+/* Block (token, chunk of EMBED_PER_BLOCK values): one block per token with
+ * a loop of dependent loads took ~10 us for a 4096-wide row on an H200
+ * (ncu, docs/PERF.md twelfth session), a whole decode step's 0.3%. */
 static __global__ void k_embed_q8_0(float *out, const int8_t *qs, const __half *scales,
                                     int64_t n_in, int64_t n_out, const int32_t *tokens)
 {
@@ -22,17 +27,28 @@ static __global__ void k_embed_q8_0(float *out, const int8_t *qs, const __half *
     int64_t n_blocks = n_in / 32;
     int64_t group = row >> 5;
     int lane = (int)(row & 31);
-    for (int64_t i = threadIdx.x; i < n_in; i += blockDim.x) {
-        if (row < 0 || row >= n_out) {
-            o[i] = 0.0f;
-            continue;
+    bool ok = row >= 0 && row < n_out;
+    int64_t i0 = (int64_t)blockIdx.y * EMBED_PER_BLOCK + threadIdx.x;
+    int8_t q[EMBED_PER_THREAD];
+    __half d[EMBED_PER_THREAD];
+#pragma unroll
+    for (int u = 0; u < EMBED_PER_THREAD; u++) {
+        int64_t i = i0 + (int64_t)u * EMBED_THREADS;
+        q[u] = 0;
+        d[u] = __float2half(0.0f);
+        if (ok && i < n_in) {
+            int64_t b = i >> 5;
+            int v = (int)(i & 31), half = v >> 4, e = v & 15;
+            size_t gb = (size_t)group * n_blocks + b;
+            q[u] = qs[gb * 1024 + half * 512 + lane * 16 + e];
+            d[u] = scales[gb * 32 + lane];
         }
-        int64_t b = i >> 5;
-        int v = (int)(i & 31), half = v >> 4, e = v & 15;
-        size_t gb = (size_t)group * n_blocks + b;
-        int8_t q = qs[gb * 1024 + half * 512 + lane * 16 + e];
-        float d = __half2float(scales[gb * 32 + lane]);
-        o[i] = d * (float)q;
+    }
+#pragma unroll
+    for (int u = 0; u < EMBED_PER_THREAD; u++) {
+        int64_t i = i0 + (int64_t)u * EMBED_THREADS;
+        if (i < n_in)
+            o[i] = ok ? __half2float(d[u]) * (float)q[u] : 0.0f;
     }
 }
 
@@ -70,7 +86,9 @@ int cuda_op_embed(struct cs_backend *be, float *out, const struct cs_weight *tab
     const int32_t *tok = c->batch.tokens;
     switch (table->type) {
     case CS_DTYPE_Q8_0:
-        CS_CUDA_CHECK(cuda_launch(k_embed_q8_0, n, EMBED_THREADS, 0, c->stream, out,
+        CS_CUDA_CHECK(cuda_launch(k_embed_q8_0,
+                                  dim3(n, (unsigned)cs_div_up(table->n_in, EMBED_PER_BLOCK)),
+                                  EMBED_THREADS, 0, c->stream, out,
                                   (const int8_t *)table->data, (const __half *)table->aux,
                                   table->n_in, table->n_out, tok));
         break;
