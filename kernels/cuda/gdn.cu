@@ -123,22 +123,29 @@ static __device__ __forceinline__ void gdn_store(struct gdn_tok *buf, const stru
 static __global__ void __launch_bounds__(GDN_THREADS)
     k_gdn(struct gdn_args g, const int32_t *seq_start, const int32_t *slot, int max_len)
 {
-    cuda_pdl_enter();   /* launch.cuh: before any read or write */
     __shared__ struct gdn_tok buf[GDN_TB];
     int cg = blockIdx.x, h = blockIdx.y, s = blockIdx.z;
+    /* The batch and the recurrent state were written before the previous
+     * kernel's launch (an earlier step, or this step's upload): launch.cuh
+     * allows reading them before the wait, so the state's DRAM round trip
+     * overlaps the end of the input projection. */
     int sl = slot[s];
     int t0 = seq_start[s], t1 = seq_start[s + 1];
-    if (sl < 0 || sl >= g.n_slots || t0 >= t1 || t1 - t0 >= max_len)
-        return;   /* max_len: the chunked form has the long ones */
+    bool run = sl >= 0 && sl < g.n_slots && t0 < t1 && t1 - t0 < max_len;
     int j = threadIdx.x >> 2, kq = threadIdx.x & 3;
     int col0 = cg * GDN_COLS, col = col0 + j;
+    float *S_g = g.rec + ((size_t)(run ? sl : 0) * g.n_v_heads + h) * GDN_DK * GDN_DV + col;
+    float S[GDN_DK / 4];
+    if (run) {
+#pragma unroll
+        for (int r = 0; r < GDN_DK / 4; r++)
+            S[r] = S_g[(size_t)(4 * r + kq) * GDN_DV];
+    }
+    cuda_pdl_enter();   /* launch.cuh: y, beta, alpha, out and the state's write from here */
+    if (!run)
+        return;   /* max_len: the chunked form has the long ones */
     struct gdn_raw raw;
     gdn_load(raw, g, t0, t1, h, col0);
-    float *S_g = g.rec + ((size_t)sl * g.n_v_heads + h) * GDN_DK * GDN_DV + col;
-    float S[GDN_DK / 4];
-#pragma unroll
-    for (int r = 0; r < GDN_DK / 4; r++)
-        S[r] = S_g[(size_t)(4 * r + kq) * GDN_DV];
     float *out = g.out + (size_t)h * GDN_DV + col;
     size_t out_stride = (size_t)g.n_v_heads * GDN_DV;
     for (int tb = t0; tb < t1; tb += GDN_TB) {

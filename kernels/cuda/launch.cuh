@@ -9,7 +9,13 @@
  * equality runs of tests/gpu/device_verify.sh):
  *  - every thread calls cuda_pdl_wait() before it reads anything an earlier
  *    op of the stream wrote and before it writes anything. Only weights and
- *    kernel parameters may be read before (weights are written at load only);
+ *    kernel parameters may be read before (weights are written at load only),
+ *    and data whose last writer ran before the previous kernel was launched
+ *    (a GDN state of an earlier step, the step's uploaded batch): this kernel
+ *    starts only once every block of the previous kernel has passed its own
+ *    wait (or, launched plain, once the stream before it is done), so every
+ *    op before that kernel is complete. Data the previous kernel may write,
+ *    or a kernel after it, is never read early;
  *  - no block returns before its wait: a grid whose blocks all left early
  *    would count as complete while its own predecessor still runs, and its
  *    dependent would read too soon;
