@@ -216,6 +216,17 @@ struct cs_backend {
                               const struct cs_weight *const *ws, float *x_out, const float *x,
                               const float *y, const float *norm_w, float *normed, int n_tokens,
                               int dim, float eps);
+    /* Optional (NULL, or CS_EUNSUPPORTED with nothing run: the model runs
+     * matmul_add_rmsnorm, then conv1d_silu on ys[0]): matmul_add_rmsnorm
+     * whose first projection goes through GDN's conv1d_silu (conv_w, the
+     * conv state of st, batch b) on its way out, so ys[0] receives the conv
+     * output and the raw projection is never stored. Bitwise equal to the
+     * two ops (CUDA: one decode token, in the GEMV's epilogue). */
+    int (*matmul_add_rmsnorm_conv1d)(struct cs_backend *be, int n, float *const *ys,
+                                     const struct cs_weight *const *ws, float *x_out,
+                                     const float *x, const float *y, const float *norm_w,
+                                     float *normed, int dim, float eps, const float *conv_w,
+                                     struct cs_gdn_layer *st, const struct cs_batch *b);
 
     /* Attention layer. Per token t and head h the head vector is at
      * x + t * token_stride + h * head_stride (in floats). Applies

@@ -80,8 +80,10 @@ static int mixer_inputs(struct cs_model *m, struct cs_state *st, int l, float **
     return 3;
 }
 
-/* Gated DeltaNet mixer after its input projections -> st->tmp. */
-static int mixer_gdn(struct cs_model *m, struct cs_state *st, int l, const struct cs_batch *b)
+/* Gated DeltaNet mixer after its input projections -> st->tmp. conv_done:
+ * the projections already left conv1d_silu's output in st->conv_out. */
+static int mixer_gdn(struct cs_model *m, struct cs_state *st, int l, const struct cs_batch *b,
+                     bool conv_done)
 {
     struct cs_backend *be = m->be;
     const struct cs_hparams *hp = &m->hp;
@@ -89,7 +91,8 @@ static int mixer_gdn(struct cs_model *m, struct cs_state *st, int l, const struc
     int T = b->n_tokens, rc;
     const struct cs_weight *wo[1] = {&w->ssm_out};
     float *out[1] = {st->tmp};
-    if ((rc = be->conv1d_silu(be, st->conv_out, st->qkv, w->conv1d, &st->gdn[l], b)) ||
+    if ((!conv_done &&
+         (rc = be->conv1d_silu(be, st->conv_out, st->qkv, w->conv1d, &st->gdn[l], b))) ||
         (rc = be->gdn(be, st->gdn_out, st->conv_out, st->beta, st->alpha, w->ssm_a, w->dt_bias,
                       hp->eps, &st->gdn[l], b)))
         return rc;
@@ -139,6 +142,13 @@ static int mixer_attention(struct cs_model *m, struct cs_state *st, int l, const
  * to st->hidden_alt and the two swap (one launch for a decode token); the
  * swaps of a step depend only on its op sequence, so every run of it, and
  * the graph recorded from one, uses the same buffers. */
+static void swap_residual(struct cs_state *st)
+{
+    float *t = st->hidden;
+    st->hidden = st->hidden_alt;
+    st->hidden_alt = t;
+}
+
 static int add_norm_matmul(struct cs_model *m, struct cs_state *st, int n, float *const *ys,
                            const struct cs_weight *const *ws, const float *norm_w, float *normed,
                            int T)
@@ -149,9 +159,7 @@ static int add_norm_matmul(struct cs_model *m, struct cs_state *st, int n, float
     if (be->matmul_add_rmsnorm) {
         rc = be->matmul_add_rmsnorm(be, n, ys, ws, st->hidden_alt, st->hidden, st->tmp, norm_w,
                                     normed, T, hp->n_embd, hp->eps);
-        float *t = st->hidden;
-        st->hidden = st->hidden_alt;
-        st->hidden_alt = t;
+        swap_residual(st);
         return rc;
     }
     if ((rc = be->add_rmsnorm(be, st->hidden, st->tmp, normed, norm_w, T, hp->n_embd, hp->eps)))
@@ -174,11 +182,27 @@ static int layer_forward(struct cs_model *m, struct cs_state *st, int l, const s
     float *ys[4];
     const struct cs_weight *ws[4];
     int n_in = mixer_inputs(m, st, l, ys, ws);
-    if (pending)
-        rc = add_norm_matmul(m, st, n_in, ys, ws, w->attn_norm, st->normed, T);
-    else if (!(rc = be->rmsnorm(be, st->normed, st->hidden, w->attn_norm, T, E, hp->eps)))
-        rc = be->matmul(be, n_in, ys, ws, st->normed, T);
-    if (rc || (rc = hp->recurrent[l] ? mixer_gdn(m, st, l, b) : mixer_attention(m, st, l, b)))
+    bool conv_done = false;
+    rc = CS_EUNSUPPORTED;
+    if (pending && hp->recurrent[l] && be->matmul_add_rmsnorm_conv1d) {
+        ys[0] = st->conv_out;   /* the projection's conv output, the raw one never stored */
+        rc = be->matmul_add_rmsnorm_conv1d(be, n_in, ys, ws, st->hidden_alt, st->hidden, st->tmp,
+                                           w->attn_norm, st->normed, E, hp->eps, w->conv1d,
+                                           &st->gdn[l], b);
+        if (rc == CS_OK) {
+            swap_residual(st);
+            conv_done = true;
+        }
+        ys[0] = st->qkv;
+    }
+    if (rc == CS_EUNSUPPORTED) {   /* not fused: the norm and the projections */
+        if (pending)
+            rc = add_norm_matmul(m, st, n_in, ys, ws, w->attn_norm, st->normed, T);
+        else if (!(rc = be->rmsnorm(be, st->normed, st->hidden, w->attn_norm, T, E, hp->eps)))
+            rc = be->matmul(be, n_in, ys, ws, st->normed, T);
+    }
+    if (rc || (rc = hp->recurrent[l] ? mixer_gdn(m, st, l, b, conv_done)
+                                     : mixer_attention(m, st, l, b)))
         return rc;
     float *yf[2] = {st->ffn_gate, st->ffn_up};
     const struct cs_weight *wf[2] = {&w->ffn_gate, &w->ffn_up};

@@ -227,6 +227,37 @@ static __device__ __forceinline__ void seg_addnorm_prologue(const struct cuda_mm
     }
 }
 
+/* Output row `row` of part pi, token t: the value v, or (XS, one token)
+ * where the conv epilogue covers the row (matmul.h), k_conv1d_step's
+ * output and state update for it: the same expressions in the same order,
+ * so the same bits as the two launches. */
+template <bool XS>
+static __device__ __forceinline__ void seg_store(const struct mm_parts &ps,
+                                                 const struct cuda_mm_pro &pro, int pi, int t,
+                                                 int row, float v)
+{
+    int n_out = ps.p[pi].n_out;
+    if (row >= n_out)
+        return;
+    if (XS && pi == 0 && pro.conv_w) {
+        int sl = pro.conv_slot[0], cd = pro.conv_dim;
+        if (sl < 0 || sl >= pro.conv_n_slots)
+            return;   /* as k_conv1d_step: nothing written */
+        float *st = pro.conv_state + (size_t)sl * 3 * cd + row;
+        float col[4] = {st[0], st[cd], st[2 * (size_t)cd], v};
+        float acc = 0.0f;
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+            acc = __fmaf_rn(pro.conv_w[(size_t)row * 4 + j], col[j], acc);
+        ps.p[pi].y[row] = silu_f(acc);
+        st[0] = col[1];
+        st[cd] = col[2];
+        st[2 * (size_t)cd] = col[3];
+        return;
+    }
+    ps.p[pi].y[(size_t)t * n_out + row] = v;
+}
+
 /* XS: one token, x quantized in shared memory through a prologue; AN: the
  * add_rmsnorm prologue (its own instance: it needs more registers and a
  * barrier, which the other one-token GEMVs should not pay for).
@@ -318,8 +349,7 @@ static __global__ void __launch_bounds__(SEG_THREADS, SEG_BLOCKS_PER_SM)
         if (!tail)
             continue;
         int pi = mm_part_find(ps, unit);
-        int row = (unit - ps.p[pi].unit_begin) * 32 + lane, n_out = ps.p[pi].n_out;
-        float *y = ps.p[pi].y;
+        int row = (unit - ps.p[pi].unit_begin) * 32 + lane;
         for (int t = 0; t < NT; t++) {   /* lane = row */
             float p = 0.0f;
             int k = 0;
@@ -338,8 +368,7 @@ static __global__ void __launch_bounds__(SEG_THREADS, SEG_BLOCKS_PER_SM)
                 p = __fmaf_rn(__fmul_rn(wscale[it][k][lane], xscale[it][k][t]), terms[it][k][t][lane],
                               p);
             if (n_seg == 1) {
-                if (row < n_out)
-                    y[(size_t)t * n_out + row] = __fadd_rn(0.0f, p);
+                seg_store<XS>(ps, pro, pi, t, row, __fadd_rn(0.0f, p));
             } else if (CL) {
                 seg_cl_store(&recv[gi / n_seg * n_seg + seg][t][lane], gi % n_seg, p);
             } else {
@@ -355,13 +384,12 @@ static __global__ void __launch_bounds__(SEG_THREADS, SEG_BLOCKS_PER_SM)
         for (int j = warp; j * n_seg + seg < n_mine; j += SEG_WARPS + 1) {
             int u = unit0 + (j * n_seg + seg) * ustride;
             int pi = mm_part_find(ps, u);
-            int row = (u - ps.p[pi].unit_begin) * 32 + lane, n_out = ps.p[pi].n_out;
+            int row = (u - ps.p[pi].unit_begin) * 32 + lane;
             for (int t = 0; t < NT; t++) {
                 float tot = 0.0f;
                 for (int sg = 0; sg < n_seg; sg++)
                     tot = __fadd_rn(tot, recv[j * n_seg + sg][t][lane]);
-                if (row < n_out)
-                    ps.p[pi].y[(size_t)t * n_out + row] = tot;
+                seg_store<XS>(ps, pro, pi, t, row, tot);
             }
         }
         return;
@@ -389,14 +417,13 @@ static __global__ void __launch_bounds__(SEG_THREADS, SEG_BLOCKS_PER_SM)
             int u = s_done[i];
             __threadfence();   /* the other blocks' partials of u, seen through their tickets */
             int pi = mm_part_find(ps, u);
-            int row = (u - ps.p[pi].unit_begin) * 32 + lane, n_out = ps.p[pi].n_out;
+            int row = (u - ps.p[pi].unit_begin) * 32 + lane;
             for (int t = 0; t < NT; t++) {
                 float tot = 0.0f;
                 const float *pp = part + ((size_t)u * n_seg * NT + t) * 32 + lane;
                 for (int sg = 0; sg < n_seg; sg++)
                     tot = __fadd_rn(tot, __ldcg(pp + (size_t)sg * NT * 32));
-                if (row < n_out)
-                    ps.p[pi].y[(size_t)t * n_out + row] = tot;
+                seg_store<XS>(ps, pro, pi, t, row, tot);
             }
             if (lane == 0)
                 tickets[u] = 0;   /* ready for the next launch */
@@ -604,7 +631,7 @@ cudaError_t gemv_seg_launch(int nt, const struct mm_parts &ps, int units, const 
     if (pro_in)
         pro = *pro_in;
     if (units > SEG_MAX_UNITS || nt < 1 || nt > MM_GEMV_MAX_TOKENS || (xs && nt != 1) ||
-        (pro.kind != CUDA_MM_PRO_NONE && !xs) ||
+        (pro.kind != CUDA_MM_PRO_NONE && !xs) || (pro.conv_w && !xs) ||
         (pro.kind == CUDA_MM_PRO_ADD_RMSNORM &&
          (n_in > NORM_THREADS * NORM_NPT || !pro.x_out || !pro.norm_w)))
         return cudaErrorInvalidValue;

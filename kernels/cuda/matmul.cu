@@ -483,6 +483,10 @@ extern "C" int cuda_matmul_pro_n(int n, float *const *ys, const struct cs_weight
          ranges_overlap(pro->x_out, n_in, x, n_in) ||
          ranges_overlap(pro->x_out, n_in, pro->aux, n_in)))
         return CS_EUNSUPPORTED;
+    /* the conv epilogue: part 0's rows are the conv channels */
+    if (pro->conv_w && (!pro->conv_state || !pro->conv_slot || pro->conv_n_slots <= 0 ||
+                        ws[0]->n_out != pro->conv_dim))
+        return CS_EUNSUPPORTED;
     struct mm_parts ps;
     ps.n = n;
     int units = 0;
@@ -513,6 +517,8 @@ extern "C" int cuda_matmul_pro_tokens(int n, float *const *ys, const struct cs_w
     bool any_q8;
     if (!pro || matmul_check(n, ys, ws, x, n_tokens, &any_q8) != CS_OK || !pro->aux)
         return CS_EINVAL;
+    if (pro->conv_w)
+        return CS_EUNSUPPORTED;   /* the conv epilogue is the one-token GEMV's */
     for (int i = 0; i < n; i++)
         if (ws[i]->type != CS_DTYPE_Q8_0)
             return CS_EUNSUPPORTED;

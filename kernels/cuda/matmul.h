@@ -127,6 +127,16 @@ struct cuda_mm_pro {
     float *x_out;         /* ADD_RMSNORM: x + aux [n_in], overlapping neither x nor aux (other
                            * blocks still read them); each value written by one block */
     int aux_token_stride; /* SIGMOID_GATE over several tokens (cuda_matmul_pro_tokens) */
+    /* An epilogue on part 0 (cuda_matmul_pro_n only, one decode token): the
+     * GDN's conv1d_silu (conv.cu k_conv1d_step, the same expressions) on each
+     * of its conv_dim rows as the row is written: ys[0][c] = silu(conv of the
+     * slot's 3 stored columns then the row's value), and the slot's columns
+     * shift by one. NULL conv_w: none. */
+    const float *conv_w;        /* [conv_dim][4] */
+    float *conv_state;          /* [n_slots][3][conv_dim] */
+    const int32_t *conv_slot;   /* device: [0] is the token's slot */
+    int conv_n_slots;
+    int conv_dim;               /* = ys[0]'s rows */
 };
 
 /* y = w pro(x) for one token, fused into the segmented GEMV. Returns

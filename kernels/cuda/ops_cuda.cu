@@ -333,6 +333,34 @@ static int cu_matmul_add_rmsnorm(struct cs_backend *be, int n, float *const *ys,
     return rc ? rc : cu_matmul(be, n, ys, ws, normed, n_tokens);
 }
 
+/* One decode token (the step's only sequence): the conv of GDN's first
+ * projection in the GEMV's epilogue (matmul.h), so conv1d_silu's launch
+ * goes. Else CS_EUNSUPPORTED, nothing launched. */
+static int cu_matmul_add_rmsnorm_conv1d(struct cs_backend *be, int n, float *const *ys,
+                                        const struct cs_weight *const *ws, float *x_out,
+                                        const float *x, const float *y, const float *norm_w,
+                                        float *normed, int dim, float eps, const float *conv_w,
+                                        struct cs_gdn_layer *st, const struct cs_batch *b)
+{
+    struct cuda_ctx *c = cuda_ctx_of(be);
+    (void)normed;
+    if (!b || !st || !conv_w || b->n_tokens != 1 || b->n_seqs != 1 || c->batch.n_dec != 1 ||
+        st->conv_kernel != 4)
+        return CS_EUNSUPPORTED;
+    int rc = cuda_batch_check(c, b, "matmul_add_rmsnorm_conv1d");
+    if (rc != CS_OK)
+        return rc;
+    if (n <= 0 || n > CUDA_MATMUL_MAX_WEIGHTS || !ws || !ws[0] || ws[0]->n_in != dim)
+        return CS_EINVAL;
+    struct cuda_mm_pro pro = {CUDA_MM_PRO_ADD_RMSNORM, y, norm_w, 0, 0, eps, x_out};
+    pro.conv_w = conv_w;
+    pro.conv_state = st->conv;
+    pro.conv_slot = c->batch.slot;
+    pro.conv_n_slots = st->n_slots;
+    pro.conv_dim = st->conv_dim;
+    return cuda_matmul_pro_n(n, ys, ws, x, &pro, c->stream);
+}
+
 /* ---- step_begin: the batch and the attention work lists, one upload ---- */
 
 struct stage_layout {
@@ -718,6 +746,7 @@ static void table_fill(struct cs_backend *be)
     be->matmul_gated_rmsnorm = cu_matmul_gated_rmsnorm;
     be->matmul_sigmoid_gate = cu_matmul_sigmoid_gate;
     be->matmul_add_rmsnorm = cu_matmul_add_rmsnorm;
+    be->matmul_add_rmsnorm_conv1d = cu_matmul_add_rmsnorm_conv1d;
     be->head_norm_rope = cuda_op_head_norm_rope;
     be->kv_store = cuda_op_kv_store;
     be->qk_norm_rope_store = cuda_op_qk_norm_rope_store;

@@ -8,7 +8,8 @@
  * and the op falls back) models; also a few tokens (the fallback), 40 and
  * 300 tokens (the add and norm fused into the quantization before the GEMM,
  * quantize_pro.cu; its x_out too), a row longer than 8192 (the looping norm kernel), a second call (the GEMV's
- * tickets reset), and that x and y are only read.
+ * tickets reset), and that x and y are only read. Also matmul_add_rmsnorm_conv1d
+ * (GDN's conv1d_silu in the GEMV's epilogue) against the two ops.
  * Each check prints "RESULT <name> PASS|FAIL <error figure> (bound)" like
  * test_ops.c (error: the number of differing outputs). Not a ctest test
  * (needs a GPU); exits 77 when no CUDA device is present. */
@@ -118,6 +119,88 @@ static void check_shape(const char *tag, int E, int n, const int64_t *outs, int 
     free(hx);
 }
 
+/* The conv epilogue (matmul_add_rmsnorm_conv1d, one decode token): against
+ * matmul_add_rmsnorm then conv1d_silu on the same GPU, bit for bit: the
+ * conv output (ys[0]), the other projections, x_out and the conv state of
+ * every slot (the token's slot shifted, the others untouched), over three
+ * steps so the state each step starts from is the previous one's. slot -1:
+ * an invalid slot, where both leave ys[0] and the state as they were. */
+static void check_conv(const char *tag, int E, int Gk, int Hv, int slot)
+{
+    char name[96];
+    int conv_dim = 2 * Gk * 128 + Hv * 128, n_slots = 4;
+    int64_t outs[4] = {conv_dim, 128 * Hv, Hv, Hv};
+    struct cs_weight ws_[4];
+    const struct cs_weight *ws[4];
+    float *y1[4], *y2[4];
+    for (int i = 0; i < 4; i++) {
+        uint8_t *h = q8_0_rows(E, outs[i]);
+        memset(&ws_[i], 0, sizeof ws_[i]);
+        CHECK(gpu->weight_upload(gpu, &ws_[i], CS_DTYPE_Q8_0, E, outs[i], h) == 0);
+        free(h);
+        ws[i] = &ws_[i];
+        y1[i] = dev_new(NULL, (size_t)outs[i] * 4);
+        y2[i] = dev_new(NULL, (size_t)outs[i] * 4);
+    }
+    float *raw = dev_new(NULL, (size_t)conv_dim * 4);
+    size_t conv_n = (size_t)n_slots * 3 * conv_dim;
+    float *hs = randv(conv_n, 1.0f);
+    float *st1 = dev_new(hs, conv_n * 4), *st2 = dev_new(hs, conv_n * 4);
+    free(hs);
+    float *cw = dev_randv((size_t)conv_dim * 4, 0.5f), *w = dev_randv(E, 1.5f);
+    struct cs_gdn_layer g1 = {.conv = st1, .n_slots = n_slots, .conv_dim = conv_dim,
+                              .conv_kernel = 4, .n_k_heads = Gk, .n_v_heads = Hv,
+                              .key_dim = 128, .value_dim = 128};
+    struct cs_gdn_layer g2 = g1;
+    g2.conv = st2;
+    double d = 0, d_state = 0, d_x = 0;
+    int fused = 0;
+    for (int step = 0; step < 3; step++) {
+        int len[1] = {1}, start[1] = {17 + step}, sl[1] = {slot};
+        struct tb t;
+        tb_init(&t, 1, len, start, sl, 1);
+        CHECK(gpu->step_begin(gpu, &t.b) == 0);
+        float *x = dev_randv(E, 4.0f), *y = dev_randv(E, 2.0f);
+        float *xo1 = dev_new(NULL, (size_t)E * 4), *xo2 = dev_new(NULL, (size_t)E * 4);
+        float *normed = dev_new(NULL, (size_t)E * 4);
+        for (int i = 0; i < 4; i++) {   /* the same stale contents in both */
+            CHECK(gpu->zero(gpu, y1[i], (size_t)outs[i] * 4) == 0);
+            CHECK(gpu->zero(gpu, y2[i], (size_t)outs[i] * 4) == 0);
+        }
+        int rc = gpu->matmul_add_rmsnorm_conv1d(gpu, 4, y1, ws, xo1, x, y, w, normed, E, 1e-6f,
+                                                cw, &g1, &t.b);
+        CHECK(rc == 0 || rc == CS_EUNSUPPORTED);
+        fused += rc == 0;
+        float *yr[4] = {raw, y2[1], y2[2], y2[3]};
+        CHECK(gpu->matmul_add_rmsnorm(gpu, 4, yr, ws, xo2, x, y, w, normed, 1, E, 1e-6f) == 0);
+        CHECK(gpu->conv1d_silu(gpu, y2[0], raw, cw, &g2, &t.b) == 0);
+        CHECK(gpu->sync(gpu) == 0);
+        for (int i = 0; i < 4; i++)
+            d += dev_differ(y1[i], y2[i], (size_t)outs[i]);
+        d_x += dev_differ(xo1, xo2, (size_t)E);
+        d_state += dev_differ(st1, st2, conv_n);
+        float *bufs[] = {x, y, xo1, xo2, normed};
+        for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+            gpu->free(gpu, bufs[i]);
+    }
+    snprintf(name, sizeof name, "fused_conv taken %s slot %d (steps of 3)", tag, slot);
+    report(name, 3 - fused, 0);
+    snprintf(name, sizeof name, "fused_conv ys %s slot %d", tag, slot);
+    report(name, d, 0);
+    snprintf(name, sizeof name, "fused_conv x_out %s slot %d", tag, slot);
+    report(name, d_x, 0);
+    snprintf(name, sizeof name, "fused_conv state %s slot %d", tag, slot);
+    report(name, d_state, 0);
+    for (int i = 0; i < 4; i++) {
+        gpu->free(gpu, y1[i]);
+        gpu->free(gpu, y2[i]);
+        gpu->weight_free(gpu, &ws_[i]);
+    }
+    float *bufs[] = {raw, st1, st2, cw, w};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        gpu->free(gpu, bufs[i]);
+}
+
 /* The model's shapes (tools/mkmodel.c presets): GDN qkv = 2 * 128 * Gk +
  * 128 * Hv, z = 128 * Hv, beta = alpha = Hv; attention q = 2 * 256 * Hq,
  * k = v = 256 * Hkv; FFN gate = up = n_ff. */
@@ -160,6 +243,13 @@ int main(void)
     check_model("9B", 4096, 16, 32, 16, 4, 12288, 248320);
     check_model("27B", 5120, 16, 48, 24, 4, 17408, 0);
     check_model("0.8B", 1024, 16, 16, 8, 2, 3584, 0);
+    if (gpu->matmul_add_rmsnorm_conv1d) {
+        check_conv("9B", 4096, 16, 32, 2);
+        check_conv("27B", 5120, 16, 48, 1);
+        check_conv("9B", 4096, 16, 32, -1);
+    } else {
+        report("fused_conv: op present", 1, 0);
+    }
     int64_t small[2] = {256, 64};
     check_shape("long row 9216", 9216, 2, small, 1);
     check_shape("2B-like 2048", 2048, 2, small, 1);
