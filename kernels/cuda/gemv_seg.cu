@@ -227,35 +227,68 @@ static __device__ __forceinline__ void seg_addnorm_prologue(const struct cuda_mm
     }
 }
 
+/* The conv epilogue (matmul.h) of output row `row` of part 0: its inputs,
+ * loaded by seg_conv_load (issued, not waited for: the CL path issues them
+ * before its cluster barrier), then k_conv1d_step's output and state update
+ * by seg_conv_store, the same expressions in the same order, so the same
+ * bits as the two launches. An invalid slot (as k_conv1d_step) or a row
+ * past the part: nothing written. */
+struct seg_conv_in {
+    float *st;       /* the slot's column 0 of this row; NULL: nothing to write */
+    float col[3], w[4];
+};
+
+static __device__ __forceinline__ void seg_conv_load(const struct mm_parts &ps,
+                                                     const struct cuda_mm_pro &pro, int row,
+                                                     struct seg_conv_in &c)
+{
+    int sl = pro.conv_slot[0], cd = pro.conv_dim;
+    c.st = NULL;
+    if (row >= ps.p[0].n_out || sl < 0 || sl >= pro.conv_n_slots)
+        return;
+    c.st = pro.conv_state + (size_t)sl * 3 * cd + row;
+#pragma unroll
+    for (int j = 0; j < 3; j++)
+        c.col[j] = c.st[(size_t)j * cd];
+#pragma unroll
+    for (int j = 0; j < 4; j++)
+        c.w[j] = __ldg(pro.conv_w + (size_t)row * 4 + j);
+}
+
+static __device__ __forceinline__ void seg_conv_store(const struct mm_parts &ps,
+                                                      const struct cuda_mm_pro &pro, int row,
+                                                      const struct seg_conv_in &c, float v)
+{
+    if (!c.st)
+        return;
+    int cd = pro.conv_dim;
+    float col[4] = {c.col[0], c.col[1], c.col[2], v};
+    float acc = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 4; j++)
+        acc = __fmaf_rn(c.w[j], col[j], acc);   /* k_conv1d_step */
+    ps.p[0].y[row] = silu_f(acc);
+#pragma unroll
+    for (int j = 0; j < 3; j++)
+        c.st[(size_t)j * cd] = col[j + 1];
+}
+
 /* Output row `row` of part pi, token t: the value v, or (XS, one token)
- * where the conv epilogue covers the row (matmul.h), k_conv1d_step's
- * output and state update for it: the same expressions in the same order,
- * so the same bits as the two launches. */
+ * through the conv epilogue where it covers the row. */
 template <bool XS>
 static __device__ __forceinline__ void seg_store(const struct mm_parts &ps,
                                                  const struct cuda_mm_pro &pro, int pi, int t,
                                                  int row, float v)
 {
-    int n_out = ps.p[pi].n_out;
-    if (row >= n_out)
-        return;
     if (XS && pi == 0 && pro.conv_w) {
-        int sl = pro.conv_slot[0], cd = pro.conv_dim;
-        if (sl < 0 || sl >= pro.conv_n_slots)
-            return;   /* as k_conv1d_step: nothing written */
-        float *st = pro.conv_state + (size_t)sl * 3 * cd + row;
-        float col[4] = {st[0], st[cd], st[2 * (size_t)cd], v};
-        float acc = 0.0f;
-#pragma unroll
-        for (int j = 0; j < 4; j++)
-            acc = __fmaf_rn(pro.conv_w[(size_t)row * 4 + j], col[j], acc);
-        ps.p[pi].y[row] = silu_f(acc);
-        st[0] = col[1];
-        st[cd] = col[2];
-        st[2 * (size_t)cd] = col[3];
+        struct seg_conv_in c;
+        seg_conv_load(ps, pro, row, c);
+        seg_conv_store(ps, pro, row, c, v);
         return;
     }
-    ps.p[pi].y[(size_t)t * n_out + row] = v;
+    int n_out = ps.p[pi].n_out;
+    if (row < n_out)
+        ps.p[pi].y[(size_t)t * n_out + row] = v;
 }
 
 /* XS: one token, x quantized in shared memory through a prologue; AN: the
@@ -380,6 +413,18 @@ static __global__ void __launch_bounds__(SEG_THREADS, SEG_BLOCKS_PER_SM)
         return;
     int unit0 = blockIdx.x / n_seg, n_mine = (units - unit0 + ustride - 1) / ustride;
     if (CL) {   /* the groups gi = seg, seg + n_seg, ... of this block's sequence */
+        /* the conv epilogue's inputs of this warp's first group: their DRAM
+         * round trip overlaps the cluster barrier */
+        struct seg_conv_in c0;
+        c0.st = NULL;
+        bool pre = false;
+        if (XS && pro.conv_w && warp * n_seg + seg < n_mine) {
+            int u = unit0 + (warp * n_seg + seg) * ustride;
+            if (mm_part_find(ps, u) == 0) {
+                seg_conv_load(ps, pro, (u - ps.p[0].unit_begin) * 32 + lane, c0);
+                pre = true;
+            }
+        }
         seg_cl_sync();
         for (int j = warp; j * n_seg + seg < n_mine; j += SEG_WARPS + 1) {
             int u = unit0 + (j * n_seg + seg) * ustride;
@@ -389,7 +434,10 @@ static __global__ void __launch_bounds__(SEG_THREADS, SEG_BLOCKS_PER_SM)
                 float tot = 0.0f;
                 for (int sg = 0; sg < n_seg; sg++)
                     tot = __fadd_rn(tot, recv[j * n_seg + sg][t][lane]);
-                seg_store<XS>(ps, pro, pi, t, row, tot);
+                if (pre && j == warp)
+                    seg_conv_store(ps, pro, row, c0, tot);
+                else
+                    seg_store<XS>(ps, pro, pi, t, row, tot);
             }
         }
         return;

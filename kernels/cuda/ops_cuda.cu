@@ -746,7 +746,11 @@ static void table_fill(struct cs_backend *be)
     be->matmul_gated_rmsnorm = cu_matmul_gated_rmsnorm;
     be->matmul_sigmoid_gate = cu_matmul_sigmoid_gate;
     be->matmul_add_rmsnorm = cu_matmul_add_rmsnorm;
-    be->matmul_add_rmsnorm_conv1d = cu_matmul_add_rmsnorm_conv1d;
+#ifndef CS_FUSE_CONV   /* -D CS_FUSE_CONV=0 only to time the two launches against the fusion */
+#define CS_FUSE_CONV 1
+#endif
+    if (CS_FUSE_CONV)
+        be->matmul_add_rmsnorm_conv1d = cu_matmul_add_rmsnorm_conv1d;
     be->head_norm_rope = cuda_op_head_norm_rope;
     be->kv_store = cuda_op_kv_store;
     be->qk_norm_rope_store = cuda_op_qk_norm_rope_store;
