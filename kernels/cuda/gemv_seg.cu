@@ -273,14 +273,14 @@ static __device__ __forceinline__ void seg_conv_store(const struct mm_parts &ps,
         c.st[(size_t)j * cd] = col[j + 1];
 }
 
-/* Output row `row` of part pi, token t: the value v, or (XS, one token)
- * through the conv epilogue where it covers the row. */
-template <bool XS>
+/* Output row `row` of part pi, token t: the value v, or (CV: the conv
+ * epilogue's instance, one token) through the epilogue for part 0. */
+template <bool CV>
 static __device__ __forceinline__ void seg_store(const struct mm_parts &ps,
                                                  const struct cuda_mm_pro &pro, int pi, int t,
                                                  int row, float v)
 {
-    if (XS && pi == 0 && pro.conv_w) {
+    if (CV && pi == 0) {
         struct seg_conv_in c;
         seg_conv_load(ps, pro, row, c);
         seg_conv_store(ps, pro, row, c, v);
@@ -293,7 +293,10 @@ static __device__ __forceinline__ void seg_store(const struct mm_parts &ps,
 
 /* XS: one token, x quantized in shared memory through a prologue; AN: the
  * add_rmsnorm prologue (its own instance: it needs more registers and a
- * barrier, which the other one-token GEMVs should not pay for).
+ * barrier, which the other one-token GEMVs should not pay for). CV: with
+ * the conv epilogue (its own instance too: the same code without it ran
+ * the 9B gate/up and q/k/v projections ~1.3 us slower a call, ncu on an
+ * H200, docs/PERF.md twelfth session).
  * CL (sm_90+): the n_seg blocks of a row-group sequence form a cluster, and
  * the partials go through distributed shared memory instead of the
  * workspace and tickets: the tail warp stores group i's partial into the
@@ -302,7 +305,7 @@ static __device__ __forceinline__ void seg_store(const struct mm_parts &ps,
  * received in segment order. The same bits; what goes is the fence, atomic
  * and global round trip that ended every launch (~2 us a call, docs/
  * PERF.md eighth session). */
-template <int NT, bool XS, bool AN, bool CL = false>
+template <int NT, bool XS, bool AN, bool CL = false, bool CV = false>
 static __global__ void __launch_bounds__(SEG_THREADS, SEG_BLOCKS_PER_SM)
     gemv_seg_kernel(struct mm_parts ps, int units, int n_seg, const float *x,
                     struct cuda_mm_pro pro, const int8_t *xq, const float *xd, int n_in, int nb,
@@ -333,6 +336,7 @@ static __global__ void __launch_bounds__(SEG_THREADS, SEG_BLOCKS_PER_SM)
         seg_cl_wait();   /* every block of the cluster runs: its recv may be written */
     static_assert(!XS || (NT == 1 && SEG == 4 * SEG_WARPS), "the prologue: one token, 4 blocks a warp");
     static_assert(XS || !AN, "add_rmsnorm is a prologue");
+    static_assert(!CV || (XS && AN), "the conv epilogue follows the add_rmsnorm prologue");
     if (AN) {   /* the row's sums first; every warp reaches the barrier */
         if (!tail)
             seg_addnorm_sums(pro, x, n_in, warp, lane, ssw);
@@ -401,7 +405,7 @@ static __global__ void __launch_bounds__(SEG_THREADS, SEG_BLOCKS_PER_SM)
                 p = __fmaf_rn(__fmul_rn(wscale[it][k][lane], xscale[it][k][t]), terms[it][k][t][lane],
                               p);
             if (n_seg == 1) {
-                seg_store<XS>(ps, pro, pi, t, row, __fadd_rn(0.0f, p));
+                seg_store<CV>(ps, pro, pi, t, row, __fadd_rn(0.0f, p));
             } else if (CL) {
                 seg_cl_store(&recv[gi / n_seg * n_seg + seg][t][lane], gi % n_seg, p);
             } else {
@@ -418,7 +422,7 @@ static __global__ void __launch_bounds__(SEG_THREADS, SEG_BLOCKS_PER_SM)
         struct seg_conv_in c0;
         c0.st = NULL;
         bool pre = false;
-        if (XS && pro.conv_w && warp * n_seg + seg < n_mine) {
+        if (CV && warp * n_seg + seg < n_mine) {
             int u = unit0 + (warp * n_seg + seg) * ustride;
             if (mm_part_find(ps, u) == 0) {
                 seg_conv_load(ps, pro, (u - ps.p[0].unit_begin) * 32 + lane, c0);
@@ -437,7 +441,7 @@ static __global__ void __launch_bounds__(SEG_THREADS, SEG_BLOCKS_PER_SM)
                 if (pre && j == warp)
                     seg_conv_store(ps, pro, row, c0, tot);
                 else
-                    seg_store<XS>(ps, pro, pi, t, row, tot);
+                    seg_store<CV>(ps, pro, pi, t, row, tot);
             }
         }
         return;
@@ -471,7 +475,7 @@ static __global__ void __launch_bounds__(SEG_THREADS, SEG_BLOCKS_PER_SM)
                 const float *pp = part + ((size_t)u * n_seg * NT + t) * 32 + lane;
                 for (int sg = 0; sg < n_seg; sg++)
                     tot = __fadd_rn(tot, __ldcg(pp + (size_t)sg * NT * 32));
-                seg_store<XS>(ps, pro, pi, t, row, tot);
+                seg_store<CV>(ps, pro, pi, t, row, tot);
             }
             if (lane == 0)
                 tickets[u] = 0;   /* ready for the next launch */
@@ -561,13 +565,13 @@ extern "C" void cuda_matmul_release_stream(struct CUstream_st *stream)
     pthread_mutex_unlock(&g_ws_mu);
 }
 
-template <int NT, bool XS, bool AN = false>
+template <int NT, bool XS, bool AN = false, bool CV = false>
 static cudaError_t seg_launch_nt(const struct mm_parts &ps, int units, int n_seg, int grid,
                                  const float *x, const struct cuda_mm_pro &pro, const int8_t *xq,
                                  const float *xd, int n_in, int nb, float *part, int *tickets,
                                  cudaStream_t s)
 {
-    return cuda_launch(gemv_seg_kernel<NT, XS, AN>, grid, SEG_THREADS, 0, s, ps, units, n_seg, x,
+    return cuda_launch(gemv_seg_kernel<NT, XS, AN, false, CV>, grid, SEG_THREADS, 0, s, ps, units, n_seg, x,
                        pro, xq, xd, n_in, nb, part, tickets);
 }
 
@@ -581,7 +585,7 @@ static cudaError_t seg_launch_nt(const struct mm_parts &ps, int units, int n_seg
  * the current device (cached; 0: none, cluster launches not possible).
  * refuse: a cluster launch failed; answer 0 from now on, so that the
  * failure is met once, in an eager step, never inside a graph capture. */
-template <int NT, bool XS, bool AN>
+template <int NT, bool XS, bool AN, bool CV = false>
 static int seg_max_clusters(int n_seg, bool refuse = false)
 {
     static int cached[16][SEG_CL_MAX + 1];   /* + 1; 0: not asked yet */
@@ -608,7 +612,7 @@ static int seg_max_clusters(int n_seg, bool refuse = false)
         attr[0].val.clusterDim.z = 1;
         cfg.attrs = attr;
         cfg.numAttrs = 1;
-        if (cudaOccupancyMaxActiveClusters(&n, gemv_seg_kernel<NT, XS, AN, true>, &cfg) !=
+        if (cudaOccupancyMaxActiveClusters(&n, gemv_seg_kernel<NT, XS, AN, true, CV>, &cfg) !=
             cudaSuccess)
             n = 0;
     }
@@ -624,7 +628,7 @@ static int seg_max_clusters(int n_seg, bool refuse = false)
 /* Launches the cluster form when it applies (2..SEG_CL_MAX segments, every
  * block's received partials within recv, the clusters resident at once):
  * cudaSuccess, or cudaErrorNotSupported (nothing queued: use the tickets). */
-template <int NT, bool XS, bool AN>
+template <int NT, bool XS, bool AN, bool CV = false>
 static cudaError_t seg_launch_cluster(const struct mm_parts &ps, int units, int n_seg,
                                       int per_seg, const float *x, const struct cuda_mm_pro &pro,
                                       const int8_t *xq, const float *xd, int n_in, int nb,
@@ -632,7 +636,7 @@ static cudaError_t seg_launch_cluster(const struct mm_parts &ps, int units, int 
 {
     if (!SEG_CLUSTERS || n_seg < 2 || n_seg > SEG_CL_MAX)
         return cudaErrorNotSupported;
-    int max_cl = seg_max_clusters<NT, XS, AN>(n_seg);
+    int max_cl = seg_max_clusters<NT, XS, AN, CV>(n_seg);
     per_seg = per_seg < max_cl ? per_seg : max_cl;
     if (per_seg < 1)
         return cudaErrorNotSupported;
@@ -640,14 +644,14 @@ static cudaError_t seg_launch_cluster(const struct mm_parts &ps, int units, int 
     if ((rounds + n_seg - 1) / n_seg * n_seg * NT * 32 > SEG_CL_FLOATS)
         return cudaErrorNotSupported;
     int grid = (units + rounds - 1) / rounds * n_seg;
-    cudaError_t e = cuda_launch_cluster(gemv_seg_kernel<NT, XS, AN, true>, n_seg, grid,
+    cudaError_t e = cuda_launch_cluster(gemv_seg_kernel<NT, XS, AN, true, CV>, n_seg, grid,
                                         SEG_THREADS, 0, s, ps, units, n_seg, x, pro, xq, xd,
                                         n_in, nb, (float *)NULL, (int *)NULL);
     if (e != cudaSuccess) {
         (void)cudaGetLastError();
         LOG_WARN("cuda", "segmented GEMV: a cluster launch of %d blocks failed (%s); tickets from "
                  "now on", n_seg, cudaGetErrorString(e));
-        seg_max_clusters<NT, XS, AN>(n_seg, true);
+        seg_max_clusters<NT, XS, AN, CV>(n_seg, true);
         return cudaErrorNotSupported;
     }
     return e;
@@ -679,7 +683,8 @@ cudaError_t gemv_seg_launch(int nt, const struct mm_parts &ps, int units, const 
     if (pro_in)
         pro = *pro_in;
     if (units > SEG_MAX_UNITS || nt < 1 || nt > MM_GEMV_MAX_TOKENS || (xs && nt != 1) ||
-        (pro.kind != CUDA_MM_PRO_NONE && !xs) || (pro.conv_w && !xs) ||
+        (pro.kind != CUDA_MM_PRO_NONE && !xs) ||
+        (pro.conv_w && (!xs || pro.kind != CUDA_MM_PRO_ADD_RMSNORM)) ||
         (pro.kind == CUDA_MM_PRO_ADD_RMSNORM &&
          (n_in > NORM_THREADS * NORM_NPT || !pro.x_out || !pro.norm_w)))
         return cudaErrorInvalidValue;
@@ -698,7 +703,11 @@ cudaError_t gemv_seg_launch(int nt, const struct mm_parts &ps, int units, const 
     int per_seg = seg_sm_count() * SEG_BLOCKS_PER_SM / n_seg;
     per_seg = per_seg < 1 ? 1 : per_seg;
     cudaError_t e = cudaErrorNotSupported;
-    if (xs && pro.kind == CUDA_MM_PRO_ADD_RMSNORM)
+    bool cv = pro.conv_w != NULL;   /* the conv epilogue: its own instances (matmul.h) */
+    if (xs && pro.kind == CUDA_MM_PRO_ADD_RMSNORM && cv)
+        e = seg_launch_cluster<1, true, true, true>(ps, units, n_seg, per_seg, x, pro, xq, xd, n_in,
+                                                    nb, s);
+    else if (xs && pro.kind == CUDA_MM_PRO_ADD_RMSNORM)
         e = seg_launch_cluster<1, true, true>(ps, units, n_seg, per_seg, x, pro, xq, xd, n_in, nb, s);
     else if (xs)
         e = seg_launch_cluster<1, true, false>(ps, units, n_seg, per_seg, x, pro, xq, xd, n_in, nb, s);
@@ -715,6 +724,9 @@ cudaError_t gemv_seg_launch(int nt, const struct mm_parts &ps, int units, const 
     e = seg_workspace(s, (size_t)units * n_seg * nt * 32, &part, &tickets);
     if (e != cudaSuccess)
         return e;
+    if (xs && pro.kind == CUDA_MM_PRO_ADD_RMSNORM && cv)
+        return seg_launch_nt<1, true, true, true>(ps, units, n_seg, grid, x, pro, xq, xd, n_in, nb,
+                                                  part, tickets, s);
     if (xs && pro.kind == CUDA_MM_PRO_ADD_RMSNORM)
         return seg_launch_nt<1, true, true>(ps, units, n_seg, grid, x, pro, xq, xd, n_in, nb, part,
                                             tickets, s);
