@@ -111,30 +111,6 @@ static __device__ __forceinline__ void seg_load(const struct mm_parts &ps, int u
     }
 }
 
-/* L2 prefetches of this warp's weight blocks of (unit, segment at b0), a
- * 128-byte line a lane (-D SEG_L2_PREFETCH to time: 1 the group after the
- * one in flight, 2 also the second group at the kernel's start; 0 none):
- * DRAM requests in flight beyond the registers' one group per warp. */
-#ifndef SEG_L2_PREFETCH
-#define SEG_L2_PREFETCH 0
-#endif
-static __device__ __forceinline__ void seg_prefetch(const struct mm_parts &ps, int unit, int nb,
-                                                    int b0, int warp, int lane)
-{
-    int pi = mm_part_find(ps, unit);
-    int g = unit - ps.p[pi].unit_begin;
-    int b = b0 + warp * SEG_BPW, n = nb - b < SEG_BPW ? nb - b : SEG_BPW;
-    if (n <= 0 || lane * 128 >= n * 1024)
-        return;
-    const char *p = (const char *)(ps.p[pi].q + (size_t)g * nb * 64 + (size_t)b * 64) + lane * 128;
-    asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
-    if (lane * 128 < n * 64) {   /* the blocks' fp16 scales, 64 bytes each */
-        const char *d = (const char *)(ps.p[pi].d + (size_t)g * nb * 32 + (size_t)b * 32) +
-                        lane * 128;
-        asm volatile("prefetch.global.L2 [%0];" ::"l"(d));
-    }
-}
-
 /* Block i works on segment i % n_seg of row groups i / n_seg, i / n_seg +
  * ustride, ... (ustride = gridDim.x / n_seg): the grid is sized to the GPU
  * (gemv_seg_launch), so a block stays resident over several row groups.
@@ -353,8 +329,6 @@ static __global__ void __launch_bounds__(SEG_THREADS, SEG_BLOCKS_PER_SM)
     float wd[SEG_BPW];
     if (!tail)
         seg_load(ps, unit, nb, b0, warp, lane, wv0, wv1, wd);
-    if (SEG_L2_PREFETCH >= 2 && !tail && unit + ustride < units)
-        seg_prefetch(ps, unit + ustride, nb, b0, warp, lane);
     if (CL)
         seg_cl_arrive();
     cuda_pdl_enter();   /* launch.cuh: x, the workspace and y only from here */
@@ -406,8 +380,6 @@ static __global__ void __launch_bounds__(SEG_THREADS, SEG_BLOCKS_PER_SM)
             }
             if (unit + ustride < units)   /* the next group's weights fly from here */
                 seg_load(ps, unit + ustride, nb, b0, warp, lane, wv0, wv1, wd);
-            if (SEG_L2_PREFETCH >= 1 && unit + 2 * ustride < units)
-                seg_prefetch(ps, unit + 2 * ustride, nb, b0, warp, lane);
         }
         /* terms[it] complete; the tail warp is done with terms[it ^ 1] */
         __syncthreads();
