@@ -137,11 +137,8 @@ static int mixer_attention(struct cs_model *m, struct cs_state *st, int l, const
     return be->matmul(be, 1, out, wo, st->attn_out, T);
 }
 
-/* The residual add st->hidden += st->tmp, then ys = ws (rmsnorm(st->hidden)
- * * norm_w) through normed. With the backend's fused op the sum is written
- * to st->hidden_alt and the two swap (one launch for a decode token); the
- * swaps of a step depend only on its op sequence, so every run of it, and
- * the graph recorded from one, uses the same buffers. */
+/* After a fused add (the sum written to st->hidden_alt): the sum becomes
+ * the residual stream. */
 static void swap_residual(struct cs_state *st)
 {
     float *t = st->hidden;
@@ -149,6 +146,11 @@ static void swap_residual(struct cs_state *st)
     st->hidden_alt = t;
 }
 
+/* The residual add st->hidden += st->tmp, then ys = ws (rmsnorm(st->hidden)
+ * * norm_w) through normed. With the backend's fused op the sum is written
+ * to st->hidden_alt and the two swap (one launch for a decode token); the
+ * swaps of a step depend only on its op sequence, so every run of it, and
+ * the graph recorded from one, uses the same buffers. */
 static int add_norm_matmul(struct cs_model *m, struct cs_state *st, int n, float *const *ys,
                            const struct cs_weight *const *ws, const float *norm_w, float *normed,
                            int T)

@@ -14,8 +14,8 @@
  *    (a GDN state of an earlier step, the step's uploaded batch): this kernel
  *    starts only once every block of the previous kernel has passed its own
  *    wait (or, launched plain, once the stream before it is done), so every
- *    op before that kernel is complete. Data the previous kernel may write,
- *    or a kernel after it, is never read early;
+ *    op before that kernel is complete. Nothing the previous kernel may
+ *    write is read early;
  *  - no block returns before its wait: a grid whose blocks all left early
  *    would count as complete while its own predecessor still runs, and its
  *    dependent would read too soon;
