@@ -1,6 +1,6 @@
 /* matmul.h - the C interface of the CUDA matrix work: weight upload (with
  * repacking), weight free, and y = W x for one or several weights reading the
- * same activations. kernels/cuda/ops_cuda.cu calls these from its struct
+ * same activations. kernels/cuda/ops_matmul.cu calls these from its struct
  * cs_backend entries (weight_upload, weight_free, matmul); tools/bench.c and
  * tests/gpu/test_matmul call them directly.
  *

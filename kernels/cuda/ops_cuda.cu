@@ -1,8 +1,8 @@
 /* ops_cuda.cu - the CUDA backend: its context (device, compute stream, batch
  * upload, scratch), the memory functions, step_begin, and the table of
  * kernels/ops.h filled with the entry points of the other .cu files of this
- * folder. The matrix functions (weight upload/free, matmul) come from
- * matmul.h, owned by the matrix-kernel files.
+ * folder. The matrix entries (weight upload/free, matmul and the fused
+ * projections) are ops_matmul.cu's, over matmul.h.
  *
  * All ops run asynchronously on one compute stream; sync waits for it.
  * Pure decode steps can be recorded as CUDA graphs and replayed (the
@@ -204,161 +204,6 @@ static void cu_host_unregister(struct cs_backend *be, void *ptr)
         (void)cudaGetLastError();
         LOG_WARN("cuda", "cudaHostUnregister(%p): %s", ptr, cudaGetErrorString(e));
     }
-}
-
-/* ---- matrix work: matmul.h behind the table's entries ---- */
-
-static int cu_weight_upload(struct cs_backend *be, struct cs_weight *w, uint32_t type,
-                            int64_t n_in, int64_t n_out, const void *host_data)
-{
-    return cuda_weight_upload_progress(w, type, n_in, n_out, host_data, cuda_ctx_of(be)->stream,
-                                       be->upload_progress, be->upload_progress_ctx);
-}
-
-static void cu_weight_free(struct cs_backend *be, struct cs_weight *w)
-{
-    (void)be;
-    cuda_mem_generation_bump();
-    cuda_weight_free(w);
-}
-
-static int cu_matmul(struct cs_backend *be, int n, float *const *ys,
-                     const struct cs_weight *const *ws, const float *x, int n_tokens)
-{
-    struct cuda_ctx *c = cuda_ctx_of(be);
-    if (n <= 0 || n_tokens <= 0)
-        return CS_OK;
-    size_t need = cuda_matmul_scratch_bytes(ws[0]->n_in, n_tokens);
-    int rc = cuda_buffer_reserve(&c->mm_scratch, &c->mm_scratch_cap, need);
-    if (rc != CS_OK)
-        return rc;
-    return cuda_matmul(n, ys, ws, x, n_tokens, c->mm_scratch, c->mm_scratch_cap, c->stream);
-}
-
-/* y = w x for one weight: what the fused ops below fall back to after
- * their separate op. */
-static int cu_matmul_1(struct cs_backend *be, float *y, const struct cs_weight *w, const float *x,
-                       int n_tokens)
-{
-    float *ys[1] = {y};
-    const struct cs_weight *ws[1] = {w};
-    return cu_matmul(be, 1, ys, ws, x, n_tokens);
-}
-
-/* ys = ws pro(x), fused: one decode token through the segmented GEMV's
- * prologue, a prompt through the quantization before the GEMM (matmul.h).
- * CS_EUNSUPPORTED, nothing launched, where neither applies: the caller then
- * runs the op and the matmul. */
-static int cu_matmul_pro(struct cs_backend *be, int n, float *const *ys,
-                         const struct cs_weight *const *ws, const float *x, int n_tokens,
-                         const struct cuda_mm_pro *pro)
-{
-    struct cuda_ctx *c = cuda_ctx_of(be);
-    if (n_tokens == 1)
-        return cuda_matmul_pro_n(n, ys, ws, x, pro, c->stream);
-    size_t need = cuda_matmul_scratch_bytes(ws[0]->n_in, n_tokens);
-    int rc = cuda_buffer_reserve(&c->mm_scratch, &c->mm_scratch_cap, need);
-    if (rc != CS_OK)
-        return rc;
-    return cuda_matmul_pro_tokens(n, ys, ws, x, n_tokens, pro, c->mm_scratch, c->mm_scratch_cap,
-                                  c->stream);
-}
-
-static int cu_matmul_swiglu(struct cs_backend *be, float *y, const struct cs_weight *w, float *g,
-                            const float *u, int n_tokens)
-{
-    struct cuda_ctx *c = cuda_ctx_of(be);
-    if (n_tokens <= 0)
-        return CS_OK;
-    struct cuda_mm_pro pro = {CUDA_MM_PRO_SWIGLU, u, NULL, 0, 0, 0.0f};
-    int rc = cu_matmul_pro(be, 1, &y, &w, g, n_tokens, &pro);
-    if (rc != CS_EUNSUPPORTED)
-        return rc;
-    rc = cuda_silu_mul(g, g, u, (size_t)n_tokens * (size_t)w->n_in, c->stream);
-    return rc != CS_OK ? rc : cu_matmul_1(be, y, w, g, n_tokens);
-}
-
-static int cu_matmul_gated_rmsnorm(struct cs_backend *be, float *y, const struct cs_weight *w,
-                                   float *x, const float *z, const float *norm_w, int n_heads,
-                                   int head_dim, float eps, int n_tokens)
-{
-    if (n_tokens <= 0)
-        return CS_OK;
-    if (w->n_in != (int64_t)n_heads * head_dim)
-        return CS_EINVAL;
-    struct cuda_mm_pro pro = {CUDA_MM_PRO_GATED_RMSNORM, z, norm_w, head_dim, 0, eps};
-    int rc = cu_matmul_pro(be, 1, &y, &w, x, n_tokens, &pro);
-    if (rc != CS_EUNSUPPORTED)
-        return rc;
-    rc = cuda_op_gated_rmsnorm(be, x, z, norm_w, n_heads, head_dim, eps, n_tokens);
-    return rc != CS_OK ? rc : cu_matmul_1(be, y, w, x, n_tokens);
-}
-
-static int cu_matmul_sigmoid_gate(struct cs_backend *be, float *y, const struct cs_weight *w,
-                                  float *x, const float *gate, int gate_token_stride,
-                                  int gate_head_stride, int n_heads, int head_dim, int n_tokens)
-{
-    if (n_tokens <= 0)
-        return CS_OK;
-    if (w->n_in != (int64_t)n_heads * head_dim)
-        return CS_EINVAL;
-    struct cuda_mm_pro pro = {CUDA_MM_PRO_SIGMOID_GATE, gate, NULL, head_dim, gate_head_stride,
-                              0.0f, NULL, gate_token_stride};
-    int rc = cu_matmul_pro(be, 1, &y, &w, x, n_tokens, &pro);
-    if (rc != CS_EUNSUPPORTED)
-        return rc;
-    rc = cuda_op_sigmoid_gate(be, x, gate, gate_token_stride, gate_head_stride, n_heads, head_dim,
-                              n_tokens);
-    return rc != CS_OK ? rc : cu_matmul_1(be, y, w, x, n_tokens);
-}
-
-/* One decode token: the add and the norm in the GEMV's prologue (each
- * block recomputes the row's norm; blocks of the first row group store the
- * sum). A prompt: the add and the norm in the quantization before the GEMM.
- * Else, or where neither applies, the two launches. */
-static int cu_matmul_add_rmsnorm(struct cs_backend *be, int n, float *const *ys,
-                                 const struct cs_weight *const *ws, float *x_out, const float *x,
-                                 const float *y, const float *norm_w, float *normed, int n_tokens,
-                                 int dim, float eps)
-{
-    if (n_tokens <= 0)
-        return CS_OK;
-    if (n <= 0 || n > CUDA_MATMUL_MAX_WEIGHTS || !ws || !ws[0] || ws[0]->n_in != dim)
-        return CS_EINVAL;
-    struct cuda_mm_pro pro = {CUDA_MM_PRO_ADD_RMSNORM, y, norm_w, 0, 0, eps, x_out};
-    int rc = cu_matmul_pro(be, n, ys, ws, x, n_tokens, &pro);
-    if (rc != CS_EUNSUPPORTED)
-        return rc;
-    rc = cuda_add_rmsnorm_to(be, x_out, x, y, normed, norm_w, n_tokens, dim, eps);
-    return rc ? rc : cu_matmul(be, n, ys, ws, normed, n_tokens);
-}
-
-/* One decode token (the step's only sequence): the conv of GDN's first
- * projection in the GEMV's epilogue (matmul.h), so conv1d_silu's launch
- * goes. Else CS_EUNSUPPORTED, nothing launched. */
-static int cu_matmul_add_rmsnorm_conv1d(struct cs_backend *be, int n, float *const *ys,
-                                        const struct cs_weight *const *ws, float *x_out,
-                                        const float *x, const float *y, const float *norm_w,
-                                        float *normed, int dim, float eps, const float *conv_w,
-                                        struct cs_gdn_layer *st, const struct cs_batch *b)
-{
-    struct cuda_ctx *c = cuda_ctx_of(be);
-    (void)normed;
-    if (!b || !st || !conv_w || b->n_tokens != 1 || b->n_seqs != 1 || c->batch.n_dec != 1 ||
-        st->conv_kernel != 4)
-        return CS_EUNSUPPORTED;
-    int rc = cuda_batch_check(c, b, "matmul_add_rmsnorm_conv1d");
-    if (rc != CS_OK)
-        return rc;
-    if (n <= 0 || n > CUDA_MATMUL_MAX_WEIGHTS || !ws || !ws[0] || ws[0]->n_in != dim)
-        return CS_EINVAL;
-    struct cuda_mm_pro pro = {CUDA_MM_PRO_ADD_RMSNORM, y, norm_w, 0, 0, eps, x_out};
-    pro.conv_w = conv_w;
-    pro.conv_state = st->conv;
-    pro.conv_slot = c->batch.slot;
-    pro.conv_n_slots = st->n_slots;
-    pro.conv_dim = st->conv_dim;
-    return cuda_matmul_pro_n(n, ys, ws, x, &pro, c->stream);
 }
 
 /* ---- step_begin: the batch and the attention work lists, one upload ---- */
@@ -733,24 +578,24 @@ static void table_fill(struct cs_backend *be)
     be->zero = cu_zero;
     be->sync = cu_sync;
     be->mem_info = cu_mem_info;
-    be->weight_upload = cu_weight_upload;
-    be->weight_free = cu_weight_free;
+    be->weight_upload = cuda_op_weight_upload;
+    be->weight_free = cuda_op_weight_free;
     be->step_begin = cu_step_begin;
     be->embed = cuda_op_embed;
     be->rmsnorm = cuda_op_rmsnorm;
-    be->matmul = cu_matmul;
+    be->matmul = cuda_op_matmul;
     be->add = cuda_op_add;
     be->add_rmsnorm = cuda_op_add_rmsnorm;
     be->silu_mul = cuda_op_silu_mul;
-    be->matmul_swiglu = cu_matmul_swiglu;
-    be->matmul_gated_rmsnorm = cu_matmul_gated_rmsnorm;
-    be->matmul_sigmoid_gate = cu_matmul_sigmoid_gate;
-    be->matmul_add_rmsnorm = cu_matmul_add_rmsnorm;
+    be->matmul_swiglu = cuda_op_matmul_swiglu;
+    be->matmul_gated_rmsnorm = cuda_op_matmul_gated_rmsnorm;
+    be->matmul_sigmoid_gate = cuda_op_matmul_sigmoid_gate;
+    be->matmul_add_rmsnorm = cuda_op_matmul_add_rmsnorm;
 #ifndef CS_FUSE_CONV   /* -D CS_FUSE_CONV=0 only to time the two launches against the fusion */
 #define CS_FUSE_CONV 1
 #endif
     if (CS_FUSE_CONV)
-        be->matmul_add_rmsnorm_conv1d = cu_matmul_add_rmsnorm_conv1d;
+        be->matmul_add_rmsnorm_conv1d = cuda_op_matmul_add_rmsnorm_conv1d;
     be->head_norm_rope = cuda_op_head_norm_rope;
     be->kv_store = cuda_op_kv_store;
     be->qk_norm_rope_store = cuda_op_qk_norm_rope_store;

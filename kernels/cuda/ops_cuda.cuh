@@ -165,4 +165,28 @@ int cuda_op_gated_rmsnorm(struct cs_backend *be, float *x, const float *z, const
 int cuda_op_sample(struct cs_backend *be, struct cs_sample_result *results, float *logits,
                    int n_vocab, const struct cs_sample_params *params, int n);
 
+/* ops_matmul.cu: the matrix entries (matmul.h behind them) */
+int cuda_op_weight_upload(struct cs_backend *be, struct cs_weight *w, uint32_t type, int64_t n_in,
+                          int64_t n_out, const void *host_data);
+void cuda_op_weight_free(struct cs_backend *be, struct cs_weight *w);
+int cuda_op_matmul(struct cs_backend *be, int n, float *const *ys,
+                   const struct cs_weight *const *ws, const float *x, int n_tokens);
+int cuda_op_matmul_swiglu(struct cs_backend *be, float *y, const struct cs_weight *w, float *g,
+                          const float *u, int n_tokens);
+int cuda_op_matmul_gated_rmsnorm(struct cs_backend *be, float *y, const struct cs_weight *w,
+                                 float *x, const float *z, const float *norm_w, int n_heads,
+                                 int head_dim, float eps, int n_tokens);
+int cuda_op_matmul_sigmoid_gate(struct cs_backend *be, float *y, const struct cs_weight *w,
+                                float *x, const float *gate, int gate_token_stride,
+                                int gate_head_stride, int n_heads, int head_dim, int n_tokens);
+int cuda_op_matmul_add_rmsnorm(struct cs_backend *be, int n, float *const *ys,
+                               const struct cs_weight *const *ws, float *x_out, const float *x,
+                               const float *y, const float *norm_w, float *normed, int n_tokens,
+                               int dim, float eps);
+int cuda_op_matmul_add_rmsnorm_conv1d(struct cs_backend *be, int n, float *const *ys,
+                                      const struct cs_weight *const *ws, float *x_out,
+                                      const float *x, const float *y, const float *norm_w,
+                                      float *normed, int dim, float eps, const float *conv_w,
+                                      struct cs_gdn_layer *st, const struct cs_batch *b);
+
 #endif
