@@ -429,13 +429,6 @@ static __device__ __forceinline__ float df_reduce8(const float (&acc)[DF_ROWS], 
     return v + __shfl_xor_sync(0xffffffffu, v, 1);
 }
 
-static __device__ __forceinline__ unsigned long long df_ld(const unsigned long long *p)
-{
-    unsigned long long v;
-    asm volatile("ld.volatile.global.u64 %0, [%1];" : "=l"(v) : "l"(p));
-    return v;
-}
-
 static __device__ __forceinline__ void df_st(unsigned long long *p, float v, unsigned epoch)
 {
     unsigned long long e = ((unsigned long long)epoch << 32) | __float_as_uint(v);
@@ -460,24 +453,6 @@ static __device__ __forceinline__ void df_cp_wait(void)
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     asm volatile("cp.async.commit_group;\n\tcp.async.wait_group 0;" ::: "memory");
 #endif
-}
-
-/* An input value from its DF_NSEG staged partials, in order; an entry not
- * yet of this launch's epoch is polled again from global memory (MODE 0,
- * 1; MODE 2 takes what it got). */
-template <int MODE>
-static __device__ __forceinline__ float df_input(const unsigned long long *st,
-                                                 const unsigned long long *part, unsigned epoch)
-{
-    float x = 0.0f;
-#pragma unroll
-    for (int g = 0; g < DF_NSEG; g++) {
-        unsigned long long e = st[g];
-        while (MODE != 2 && (unsigned)(e >> 32) != epoch)
-            e = df_ld(part + g);
-        x += __uint_as_float((unsigned)e);
-    }
-    return x;
 }
 
 template <int MODE>
@@ -505,19 +480,34 @@ static __global__ void __launch_bounds__(PT_THREADS, 2)
          * block of 32 */
         for (int v0 = 0; v0 < (MODE == 3 && i > 0 ? 0 : L); v0 += DF_CH) {
             const unsigned long long *src = i > 0 ? g->part[i - 1] + (size_t)(k0 + v0) * DF_NSEG : NULL;
-            if (i > 0) {
+            /* the whole round staged again until every entry is this
+             * launch's (MODE 2: once): one round trip a try, not one per
+             * stale entry */
+            for (bool ready = i == 0; !ready;) {
                 for (int c = threadIdx.x; c < DF_CH * DF_NSEG / 2; c += PT_THREADS)
                     df_cp16(stage + c * 2, src + c * 2);
                 df_cp_wait();
+                bool ok = true;
+#pragma unroll
+                for (int e = 0; e < 4 * DF_NSEG; e++)
+                    ok &= MODE == 2 || (unsigned)(stage[threadIdx.x * 4 * DF_NSEG + e] >> 32) == epoch;
+                ready = __syncthreads_and(ok);
+                if (!ready)
+                    __nanosleep(128);
             }
             __syncthreads();
             int v = v0 + threadIdx.x * 4;
             float x[4];
 #pragma unroll
             for (int u = 0; u < 4; u++) {
-                int t = threadIdx.x * 4 + u;
-                x[u] = i == 0 ? __ldcg(a->buf[0] + k0 + v + u)
-                              : df_input<MODE>(stage + t * DF_NSEG, src + (size_t)t * DF_NSEG, epoch);
+                const unsigned long long *st = stage + (threadIdx.x * 4 + u) * DF_NSEG;
+                x[u] = 0.0f;
+                if (i == 0)
+                    x[u] = __ldcg(a->buf[0] + k0 + v + u);
+                else
+#pragma unroll
+                    for (int g = 0; g < DF_NSEG; g++)
+                        x[u] += __uint_as_float((unsigned)st[g]);
             }
             float am = fmaxf(fmaxf(fabsf(x[0]), fabsf(x[1])), fmaxf(fabsf(x[2]), fabsf(x[3])));
 #pragma unroll
