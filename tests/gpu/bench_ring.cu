@@ -1,0 +1,300 @@
+/* bench_ring.cu - an experiment, not product code: the decode chain of
+ * bench_chain.cuh (129 matrices, 8.5 GB a pass) as one persistent kernel
+ * whose weights stream through a ring of shared-memory slots filled by bulk
+ * copies (sm_90 cp.async.bulk, completion on an mbarrier), so that DRAM
+ * keeps working across the dependency between two matrices.
+ *
+ * Why: bench_persistent.cu measured that the chain's rows alone stream at
+ * ~97% of the read probe, but every dependency between two matrices (a
+ * launch boundary, a grid barrier, or per-segment flags) costs 3-6 us, in
+ * which the memory system drains: the next matrix's weights can be
+ * requested before its input exists, but registers hold only ~128 KB an
+ * SM, and L2 prefetches slow the tail the dependency waits for. Here one
+ * producer lane per block requests the block's items of every matrix in
+ * order, as far ahead as the ring has free slots (up to RG_SLOTS x 34 KB an
+ * SM, ~27 MB over the GPU: ~6 us of the read bandwidth), ignoring the
+ * matrix boundaries; eight consumer warps wait for the grid barrier and
+ * quantize the input once per matrix as before, then compute the items from
+ * shared memory and free their slots.
+ *
+ * An item is 8 rows x 4,096 (32 KB) or 2 rows x 12,288 (24 KB), contiguous
+ * in the row-major weights, plus the rows' scales. Every row is computed by
+ * one warp in k_pt_one's order (16 values per DP4A chain, chunks of 512 in
+ * increasing order, the same shuffle tree), so the outputs must equal the
+ * launch-per-matrix reference bit for bit: the checksum is compared.
+ * Prints BENCH lines as bench_persistent.cu does, with the reference (one
+ * launch per matrix, and the same as a CUDA graph) measured in the same
+ * run. */
+#include "bench_chain.cuh"
+
+#define RG_SLOT_Q 32768          /* quants of an item */
+#define RG_SLOT_D 2048           /* its scales */
+#define RG_SLOT (RG_SLOT_Q + RG_SLOT_D)
+#define RG_THREADS (PT_THREADS + 32)   /* 8 consumer warps, the producer warp */
+
+static __device__ __forceinline__ unsigned rg_smem(const void *p)
+{
+    return (unsigned)__cvta_generic_to_shared(p);
+}
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+static __device__ __forceinline__ void rg_mb_init(unsigned long long *b, unsigned count)
+{
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(rg_smem(b)), "r"(count) : "memory");
+}
+
+static __device__ __forceinline__ void rg_mb_expect(unsigned long long *b, unsigned bytes)
+{
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(rg_smem(b)), "r"(bytes)
+                 : "memory");
+}
+
+static __device__ __forceinline__ void rg_mb_arrive(unsigned long long *b)
+{
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(rg_smem(b)) : "memory");
+}
+
+static __device__ __forceinline__ void rg_mb_wait(unsigned long long *b, unsigned parity)
+{
+    unsigned ok;
+    do {
+        asm volatile("{\n\t.reg .pred p;\n\t"
+                     "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
+                     "selp.u32 %0, 1, 0, p;\n\t}"
+                     : "=r"(ok)
+                     : "r"(rg_smem(b)), "r"(parity)
+                     : "memory");
+    } while (!ok);
+}
+
+static __device__ __forceinline__ void rg_bulk(void *dst, const void *src, unsigned bytes,
+                                               unsigned long long *b)
+{
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                     rg_smem(dst)),
+                 "l"(src), "r"(bytes), "r"(rg_smem(b))
+                 : "memory");
+}
+#else   /* sm_90 only: never launched elsewhere (main checks) */
+static __device__ __forceinline__ void rg_mb_init(unsigned long long *, unsigned) {}
+static __device__ __forceinline__ void rg_mb_expect(unsigned long long *, unsigned) {}
+static __device__ __forceinline__ void rg_mb_arrive(unsigned long long *) {}
+static __device__ __forceinline__ void rg_mb_wait(unsigned long long *, unsigned) {}
+static __device__ __forceinline__ void rg_bulk(void *, const void *, unsigned, unsigned long long *) {}
+#endif
+
+/* The 8 consumer warps only (the producer warp never joins it). */
+static __device__ __forceinline__ void rg_consumers_sync(void)
+{
+    asm volatile("bar.sync 1, %0;" ::"r"(PT_THREADS) : "memory");
+}
+
+static __device__ __forceinline__ void rg_grid_sync(unsigned *ctr, unsigned target)
+{
+    rg_consumers_sync();
+    if (threadIdx.x == 0) {
+        __threadfence();
+        atomicAdd(ctr, 1u);
+        while (*(volatile unsigned *)ctr < target) {
+        }
+        __threadfence();
+    }
+    rg_consumers_sync();
+}
+
+/* Rows an item of m holds: 32 KB of quants at n_in 4,096, 24 KB at 12,288. */
+static __device__ __forceinline__ int rg_rows(const struct pt_mat &m)
+{
+    return m.n_in > PT_CH ? 2 : 8;
+}
+
+/* One row from shared memory (q: its quants, d: its scales), k_pt_one's
+ * expression and order; the warp's total in every lane. */
+static __device__ __forceinline__ float rg_row(const int8_t *q, const __half *d, const int8_t *xq,
+                                               const float *dx, int n_in, int lane)
+{
+    float acc = 0.0f;
+    for (int c = 0; c < n_in; c += 512) {
+        int e = c + lane * 16;
+        int4 w = *(const int4 *)(q + e), xv = *(const int4 *)(xq + e);
+        int s = __dp4a(w.x, xv.x, 0);
+        s = __dp4a(w.y, xv.y, s);
+        s = __dp4a(w.z, xv.z, s);
+        s = __dp4a(w.w, xv.w, s);
+        acc = fmaf(__half2float(d[e / 32]) * dx[e / 32], (float)s, acc);
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        acc += __shfl_xor_sync(0xffffffffu, acc, o);
+    return acc;
+}
+
+/* MODE 0: as described at the top; 1: the producer issues an item only
+ * after the consumers took the previous one (a ring of one in flight, the
+ * same code: how much the lookahead itself gives). */
+template <int SLOTS, int MODE>
+static __global__ void __launch_bounds__(RG_THREADS, 1) k_ring(const struct pt_args *a)
+{
+    extern __shared__ __align__(128) unsigned char ring[];   /* SLOTS x RG_SLOT */
+    __shared__ __align__(16) int8_t xq[PT_MAXK];
+    __shared__ float dx[PT_MAXK / 32];
+    __shared__ __align__(8) unsigned long long full[SLOTS], empty[SLOTS];
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, G = gridDim.x;
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < SLOTS; s++) {
+            rg_mb_init(&full[s], 1);
+            rg_mb_init(&empty[s], PT_WARPS);
+        }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+#endif
+    }
+    __syncthreads();
+    if (warp == PT_WARPS) {   /* the producer: every item of this block, in order */
+        if (lane != 0)
+            return;
+        int n = 0;
+        for (int i = 0; i < a->n_mats; i++) {
+            const struct pt_mat &m = a->m[i];
+            int R = rg_rows(m), items = m.n_out / R;
+            unsigned qb = (unsigned)(R * m.n_in), db = (unsigned)(R * (m.n_in / 32) * 2);
+            for (int j = blockIdx.x; j < items; j += G, n++) {
+                int s = n % SLOTS;
+                if (MODE == 1 && n > 0)
+                    rg_mb_wait(&empty[(n - 1) % SLOTS], ((n - 1) / SLOTS) & 1);
+                if (n >= SLOTS)
+                    rg_mb_wait(&empty[s], (n / SLOTS - 1) & 1);
+                unsigned char *slot = ring + (size_t)s * RG_SLOT;
+                rg_mb_expect(&full[s], qb + db);
+                rg_bulk(slot, m.w + (size_t)j * R * m.n_in, qb, &full[s]);
+                rg_bulk(slot + RG_SLOT_Q, m.d + (size_t)j * R * (m.n_in / 32), db, &full[s]);
+            }
+        }
+        return;
+    }
+    int n = 0;
+    for (int i = 0; i < a->n_mats; i++) {
+        const struct pt_mat &m = a->m[i];
+        if (i > 0)
+            rg_grid_sync(a->barrier, (unsigned)i * G);
+        pt_quantize_batched(a->buf[i & 1], m.n_in, xq, dx);
+        rg_consumers_sync();
+        float *y = a->buf[(i + 1) & 1];
+        int R = rg_rows(m), items = m.n_out / R;
+        for (int j = blockIdx.x, k = 0; j < items; j += G, n++, k++) {
+            int s = n % SLOTS;
+            rg_mb_wait(&full[s], (n / SLOTS) & 1);
+            const unsigned char *slot = ring + (size_t)s * RG_SLOT;
+            /* 8 rows: warp w takes row w; 2 rows: warps 2 (k % 4) and + 1 */
+            int r = R == 8 ? warp : warp - 2 * (k & 3);
+            if (r >= 0 && r < R) {
+                float v = rg_row((const int8_t *)slot + (size_t)r * m.n_in,
+                                 (const __half *)(slot + RG_SLOT_Q) + (size_t)r * (m.n_in / 32), xq, dx,
+                                 m.n_in, lane);
+                if (lane == 0)
+                    y[j * R + r] = v;
+            }
+            __syncwarp();
+            if (lane == 0)
+                rg_mb_arrive(&empty[s]);
+        }
+    }
+}
+
+template <int SLOTS, int MODE>
+static int rg_prepare(void)
+{
+    return cudaFuncSetAttribute(k_ring<SLOTS, MODE>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                SLOTS * RG_SLOT) == cudaSuccess;
+}
+
+int main(void)
+{
+    struct cuda_probe p;
+    if (cuda_probe_run(&p, 0) != 0) {
+        fprintf(stderr, "probe failed\n");
+        return 1;
+    }
+    int major = 0;
+    CK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
+    if (major < 9) {
+        printf("SKIP: the ring needs sm_90 (bulk copies, mbarrier transactions)\n");
+        return 0;
+    }
+    printf("probe: read %.1f GB/s, %d SMs\n", p.read_gbps, p.sm_count);
+    static struct pt_args a;
+    double bytes = chain_build(a);
+    struct pt_args *a_dev;
+    CK(cudaMalloc(&a_dev, sizeof a));
+    CK(cudaMemcpy(a_dev, &a, sizeof a, cudaMemcpyHostToDevice));
+    CK(cudaDeviceSynchronize());
+    printf("matrices: %d, %.3f GB a pass\n", a.n_mats, bytes / 1e9);
+    float *x0;
+    CK(cudaMalloc(&x0, 248320 * 4));
+    CK(cudaMemcpy(x0, a.buf[0], 248320 * 4, cudaMemcpyDeviceToDevice));
+    int out = a.n_mats & 1, n_last = a.m[a.n_mats - 1].n_out;
+    int per_sm = 0;
+    CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_pt_one, PT_THREADS, 0));
+    int grid_l = p.sm_count * per_sm;
+
+    if (!rg_prepare<6, 0>() || !rg_prepare<6, 1>() || !rg_prepare<3, 0>()) {
+        fprintf(stderr, "cannot allow %d bytes of shared memory\n", 6 * RG_SLOT);
+        return 1;
+    }
+    struct {
+        const char *name;
+        void (*k)(const struct pt_args *);
+        int slots;
+    } rings[3] = {{"ring6", k_ring<6, 0>, 6}, {"ring3", k_ring<3, 0>, 3}, {"ring6_no_lookahead", k_ring<6, 1>, 6}};
+
+    cudaStream_t s;
+    CK(cudaStreamCreate(&s));
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    for (int i = 0; i < a.n_mats; i++)
+        k_pt_one<<<grid_l, PT_THREADS, 0, s>>>(a.m[i], a.buf[i & 1], a.buf[(i + 1) & 1]);
+    CK(cudaStreamEndCapture(s, &graph));
+    CK(cudaGraphInstantiate(&exec, graph, 0));
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    double ref = 0;
+    int differ = 0;
+    for (int round = 0; round < 2; round++)
+        for (int v = 0; v < 5; v++) {
+            float best = 1e30f;
+            for (int rep = 0; rep < 6; rep++) {
+                CK(cudaMemcpyAsync(a.buf[0], x0, 248320 * 4, cudaMemcpyDeviceToDevice, s));
+                CK(cudaMemsetAsync(a.barrier, 0, 4, s));
+                CK(cudaEventRecord(e0, s));
+                if (v == 0) {
+                    for (int i = 0; i < a.n_mats; i++)
+                        k_pt_one<<<grid_l, PT_THREADS, 0, s>>>(a.m[i], a.buf[i & 1], a.buf[(i + 1) & 1]);
+                } else if (v == 1) {
+                    CK(cudaGraphLaunch(exec, s));
+                } else {
+                    void *args[] = {&a_dev};
+                    CK(cudaLaunchCooperativeKernel((void *)rings[v - 2].k, p.sm_count, RG_THREADS, args,
+                                                   (size_t)rings[v - 2].slots * RG_SLOT, s));
+                }
+                CK(cudaEventRecord(e1, s));
+                CK(cudaEventSynchronize(e1));
+                CK(cudaGetLastError());
+                float ms;
+                CK(cudaEventElapsedTime(&ms, e0, e1));
+                if (rep > 0 && ms < best)
+                    best = ms;
+            }
+            double sum = checksum(a.buf[out], n_last);
+            if (v == 0)
+                ref = sum;
+            differ += sum != ref;
+            double gbps = bytes / (best * 1e-3) / 1e9;
+            printf("BENCH %s %.3f ms a pass, %.1f GB/s, %.1f%% of read, checksum %.9g%s\n",
+                   v == 0 ? "launch" : v == 1 ? "graph" : rings[v - 2].name, best, gbps,
+                   100.0 * gbps / p.read_gbps, sum, sum == ref ? "" : " DIFFERS");
+        }
+    printf("RESULT ring variants same output as one launch per matrix %s\n", differ ? "FAIL" : "PASS");
+    return differ ? 1 : 0;
+}
