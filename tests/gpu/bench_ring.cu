@@ -134,7 +134,13 @@ static __device__ __forceinline__ float rg_row(const int8_t *q, const __half *d,
  * same code: how much the lookahead itself gives). Diagnostics (outputs
  * not the chain's): 2, neither the grid barrier nor the input's
  * quantization after the first matrix (the ring's streaming alone); 3, the
- * barriers kept, no quantization after the first. */
+ * barriers kept, no quantization after the first.
+ * 4: MODE 0 with the quantization moved to the producer: a block takes
+ * whole groups of 32 rows (32 / R consecutive items), so it can quantize
+ * each group of its output itself (pt_quantize's expressions: the same
+ * bits) into gq / gdx, and after the barrier every block loads the int8
+ * input in one round trip instead of quantizing the fp32 one. No atomics:
+ * a group never spans blocks. */
 template <int SLOTS, int MODE>
 static __global__ void __launch_bounds__(RG_THREADS, 1) k_ring(const struct pt_args *a)
 {
@@ -159,10 +165,11 @@ static __global__ void __launch_bounds__(RG_THREADS, 1) k_ring(const struct pt_a
         int n = 0;
         for (int i = 0; i < a->n_mats; i++) {
             const struct pt_mat &m = a->m[i];
-            int R = rg_rows(m), items = m.n_out / R;
+            int R = rg_rows(m), per = MODE == 4 ? 32 / R : 1, units = m.n_out / R / per;
             unsigned qb = (unsigned)(R * m.n_in), db = (unsigned)(R * (m.n_in / 32) * 2);
-            for (int j = blockIdx.x; j < items; j += G, n++) {
-                int s = n % SLOTS;
+            for (int u = blockIdx.x; u < units; u += G)
+            for (int t = 0; t < per; t++, n++) {
+                int s = n % SLOTS, j = u * per + t;
                 if (MODE == 1 && n > 0)
                     rg_mb_wait(&empty[(n - 1) % SLOTS], ((n - 1) / SLOTS) & 1);
                 if (n >= SLOTS)
@@ -175,19 +182,24 @@ static __global__ void __launch_bounds__(RG_THREADS, 1) k_ring(const struct pt_a
         }
         return;
     }
-    int n = 0;
+    __shared__ float ygroup[2][32];   /* MODE 4: a group's outputs, by group parity */
+    int n = 0, gp = 0;
     for (int i = 0; i < a->n_mats; i++) {
         const struct pt_mat &m = a->m[i];
         if (i > 0 && MODE != 2)
             rg_grid_sync(a->barrier, (unsigned)i * G);
-        if (i == 0 || MODE < 2) {   /* 2, 3: the first input, padded to the widest */
-            pt_quantize_batched(a->buf[i & 1], MODE >= 2 ? PT_MAXK : m.n_in, xq, dx);
+        if (MODE == 4 && i > 0) {
+            pt_load_quantized(a->gq[i & 1], a->gdx[i & 1], m.n_in, xq, dx);
+            rg_consumers_sync();
+        } else if (i == 0 || MODE < 2 || MODE == 4) {   /* 2, 3: the first input, padded */
+            pt_quantize_batched(a->buf[i & 1], MODE == 2 || MODE == 3 ? PT_MAXK : m.n_in, xq, dx);
             rg_consumers_sync();
         }
         float *y = a->buf[(i + 1) & 1];
-        int R = rg_rows(m), items = m.n_out / R;
-        for (int j = blockIdx.x, k = 0; j < items; j += G, n++, k++) {
-            int s = n % SLOTS;
+        int R = rg_rows(m), per = MODE == 4 ? 32 / R : 1, units = m.n_out / R / per, k = 0;
+        for (int u = blockIdx.x; u < units; u += G)
+        for (int t = 0; t < per; t++, n++, k++) {
+            int s = n % SLOTS, j = u * per + t;
             rg_mb_wait(&full[s], (n / SLOTS) & 1);
             const unsigned char *slot = ring + (size_t)s * RG_SLOT;
             /* 8 rows: warp w takes row w; 2 rows: warps 2 (k % 4) and + 1 */
@@ -196,12 +208,29 @@ static __global__ void __launch_bounds__(RG_THREADS, 1) k_ring(const struct pt_a
                 float v = rg_row((const int8_t *)slot + (size_t)r * m.n_in,
                                  (const __half *)(slot + RG_SLOT_Q) + (size_t)r * (m.n_in / 32), xq, dx,
                                  m.n_in, lane);
-                if (lane == 0)
+                if (lane == 0) {
                     y[j * R + r] = v;
+                    if (MODE == 4)
+                        ygroup[gp][t * R + r] = v;
+                }
             }
             __syncwarp();
             if (lane == 0)
                 rg_mb_arrive(&empty[s]);
+            if (MODE == 4 && t == per - 1 && i + 1 < a->n_mats) {   /* the group, quantized */
+                rg_consumers_sync();
+                if (warp == 0) {
+                    float x = ygroup[gp][lane], am = fabsf(x);
+#pragma unroll
+                    for (int o = 16; o > 0; o >>= 1)
+                        am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, o));
+                    float inv = am > 0.0f ? 127.0f / am : 0.0f;
+                    a->gq[(i + 1) & 1][u * 32 + lane] = (int8_t)__float2int_rn(x * inv);
+                    if (lane == 0)
+                        a->gdx[(i + 1) & 1][u] = am / 127.0f;
+                }
+                gp ^= 1;
+            }
         }
     }
 }
@@ -243,7 +272,7 @@ int main(void)
     int grid_l = p.sm_count * per_sm;
 
     if (!rg_prepare<6, 0>() || !rg_prepare<6, 1>() || !rg_prepare<3, 0>() || !rg_prepare<6, 2>() ||
-        !rg_prepare<6, 3>()) {
+        !rg_prepare<6, 3>() || !rg_prepare<6, 4>()) {
         fprintf(stderr, "cannot allow %d bytes of shared memory\n", 6 * RG_SLOT);
         return 1;
     }
@@ -251,11 +280,12 @@ int main(void)
         const char *name;
         void (*k)(const struct pt_args *);
         int slots;
-    } rings[5] = {{"ring6", k_ring<6, 0>, 6},
+    } rings[6] = {{"ring6", k_ring<6, 0>, 6},
                   {"ring3", k_ring<3, 0>, 3},
                   {"ring6_no_lookahead", k_ring<6, 1>, 6},
                   {"diag_ring6_items_only", k_ring<6, 2>, 6},
-                  {"diag_ring6_no_requantize", k_ring<6, 3>, 6}};
+                  {"diag_ring6_no_requantize", k_ring<6, 3>, 6},
+                  {"ring6+producerq", k_ring<6, 4>, 6}};
 
     cudaStream_t s;
     CK(cudaStreamCreate(&s));
@@ -272,7 +302,7 @@ int main(void)
     double ref = 0;
     int differ = 0;
     for (int round = 0; round < 2; round++)
-        for (int v = 0; v < 7; v++) {
+        for (int v = 0; v < 8; v++) {
             float best = 1e30f;
             for (int rep = 0; rep < 6; rep++) {
                 CK(cudaMemcpyAsync(a.buf[0], x0, 248320 * 4, cudaMemcpyDeviceToDevice, s));
@@ -297,7 +327,7 @@ int main(void)
                     best = ms;
             }
             double sum = checksum(a.buf[out], n_last);
-            bool diag = v >= 5;
+            bool diag = v == 5 || v == 6;
             if (v == 0)
                 ref = sum;
             differ += !diag && sum != ref;
