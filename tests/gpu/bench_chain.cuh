@@ -316,7 +316,7 @@ static double chain_build(struct pt_args &a)
     }
     CK(cudaMalloc(&a.buf[0], 248320 * 4));
     CK(cudaMalloc(&a.buf[1], 248320 * 4));
-    CK(cudaMalloc(&a.barrier, 4));
+    CK(cudaMalloc(&a.barrier, 256));   /* a counter; bench_ring's flag 128 bytes on */
     for (int j = 0; j < 2; j++) {
         CK(cudaMalloc(&a.gq[j], 248320));
         CK(cudaMalloc(&a.gdx[j], 248320 / 32 * 4));

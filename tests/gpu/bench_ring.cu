@@ -89,15 +89,31 @@ static __device__ __forceinline__ void rg_consumers_sync(void)
     asm volatile("bar.sync 1, %0;" ::"r"(PT_THREADS) : "memory");
 }
 
-static __device__ __forceinline__ void rg_grid_sync(unsigned *ctr, unsigned target)
+/* The grid barrier before matrix i (target = i x blocks). flag: every
+ * block polls the counter (bench_persistent's barrier); otherwise the last
+ * to arrive publishes i in a flag on its own line, which the others poll,
+ * so the polls do not queue behind the counter's atomics. sleep_ns: a delay
+ * after the barrier (a diagnostic: is a longer stall hidden by the ring?). */
+template <bool FLAG>
+static __device__ __forceinline__ void rg_grid_sync(unsigned *ctr, unsigned target, unsigned i,
+                                                    unsigned sleep_ns = 0)
 {
     rg_consumers_sync();
     if (threadIdx.x == 0) {
         __threadfence();
-        atomicAdd(ctr, 1u);
-        while (*(volatile unsigned *)ctr < target) {
+        unsigned old = atomicAdd(ctr, 1u);
+        if (!FLAG) {
+            while (*(volatile unsigned *)ctr < target) {
+            }
+        } else if (old + 1 == target) {
+            *(volatile unsigned *)(ctr + 32) = i;
+        } else {
+            while (*(volatile unsigned *)(ctr + 32) < i) {
+            }
         }
         __threadfence();
+        if (sleep_ns)
+            __nanosleep(sleep_ns);
     }
     rg_consumers_sync();
 }
@@ -140,10 +156,13 @@ static __device__ __forceinline__ float rg_row(const int8_t *q, const __half *d,
  * each group of its output itself (pt_quantize's expressions: the same
  * bits) into gq / gdx, and after the barrier every block loads the int8
  * input in one round trip instead of quantizing the fp32 one. No atomics:
- * a group never spans blocks. */
+ * a group never spans blocks. 5: MODE 4 with a 2 us sleep after each
+ * barrier (diagnostic: how much of a stall the ring hides); 6: MODE 4 with
+ * the last arriver's flag as the barrier (rg_grid_sync). */
 template <int SLOTS, int MODE>
 static __global__ void __launch_bounds__(RG_THREADS, 1) k_ring(const struct pt_args *a)
 {
+    constexpr bool PQ = MODE >= 4;   /* producer-side quantization */
     extern __shared__ __align__(128) unsigned char ring[];   /* SLOTS x RG_SLOT */
     __shared__ __align__(16) int8_t xq[PT_MAXK];
     __shared__ float dx[PT_MAXK / 32];
@@ -165,7 +184,7 @@ static __global__ void __launch_bounds__(RG_THREADS, 1) k_ring(const struct pt_a
         int n = 0;
         for (int i = 0; i < a->n_mats; i++) {
             const struct pt_mat &m = a->m[i];
-            int R = rg_rows(m), per = MODE == 4 ? 32 / R : 1, units = m.n_out / R / per;
+            int R = rg_rows(m), per = PQ ? 32 / R : 1, units = m.n_out / R / per;
             unsigned qb = (unsigned)(R * m.n_in), db = (unsigned)(R * (m.n_in / 32) * 2);
             for (int u = blockIdx.x; u < units; u += G)
             for (int t = 0; t < per; t++, n++) {
@@ -187,16 +206,16 @@ static __global__ void __launch_bounds__(RG_THREADS, 1) k_ring(const struct pt_a
     for (int i = 0; i < a->n_mats; i++) {
         const struct pt_mat &m = a->m[i];
         if (i > 0 && MODE != 2)
-            rg_grid_sync(a->barrier, (unsigned)i * G);
-        if (MODE == 4 && i > 0) {
+            rg_grid_sync<MODE == 6>(a->barrier, (unsigned)i * G, (unsigned)i, MODE == 5 ? 2000 : 0);
+        if (PQ && i > 0) {
             pt_load_quantized(a->gq[i & 1], a->gdx[i & 1], m.n_in, xq, dx);
             rg_consumers_sync();
-        } else if (i == 0 || MODE < 2 || MODE == 4) {   /* 2, 3: the first input, padded */
+        } else if (i == 0 || MODE < 2 || PQ) {   /* 2, 3: the first input, padded */
             pt_quantize_batched(a->buf[i & 1], MODE == 2 || MODE == 3 ? PT_MAXK : m.n_in, xq, dx);
             rg_consumers_sync();
         }
         float *y = a->buf[(i + 1) & 1];
-        int R = rg_rows(m), per = MODE == 4 ? 32 / R : 1, units = m.n_out / R / per, k = 0;
+        int R = rg_rows(m), per = PQ ? 32 / R : 1, units = m.n_out / R / per, k = 0;
         for (int u = blockIdx.x; u < units; u += G)
         for (int t = 0; t < per; t++, n++, k++) {
             int s = n % SLOTS, j = u * per + t;
@@ -210,14 +229,14 @@ static __global__ void __launch_bounds__(RG_THREADS, 1) k_ring(const struct pt_a
                                  m.n_in, lane);
                 if (lane == 0) {
                     y[j * R + r] = v;
-                    if (MODE == 4)
+                    if (PQ)
                         ygroup[gp][t * R + r] = v;
                 }
             }
             __syncwarp();
             if (lane == 0)
                 rg_mb_arrive(&empty[s]);
-            if (MODE == 4 && t == per - 1 && i + 1 < a->n_mats) {   /* the group, quantized */
+            if (PQ && t == per - 1 && i + 1 < a->n_mats) {   /* the group, quantized */
                 rg_consumers_sync();
                 if (warp == 0) {
                     float x = ygroup[gp][lane], am = fabsf(x);
@@ -272,7 +291,7 @@ int main(void)
     int grid_l = p.sm_count * per_sm;
 
     if (!rg_prepare<6, 0>() || !rg_prepare<6, 1>() || !rg_prepare<3, 0>() || !rg_prepare<6, 2>() ||
-        !rg_prepare<6, 3>() || !rg_prepare<6, 4>()) {
+        !rg_prepare<6, 3>() || !rg_prepare<6, 4>() || !rg_prepare<6, 5>() || !rg_prepare<6, 6>()) {
         fprintf(stderr, "cannot allow %d bytes of shared memory\n", 6 * RG_SLOT);
         return 1;
     }
@@ -280,12 +299,14 @@ int main(void)
         const char *name;
         void (*k)(const struct pt_args *);
         int slots;
-    } rings[6] = {{"ring6", k_ring<6, 0>, 6},
+    } rings[8] = {{"ring6", k_ring<6, 0>, 6},
                   {"ring3", k_ring<3, 0>, 3},
                   {"ring6_no_lookahead", k_ring<6, 1>, 6},
                   {"diag_ring6_items_only", k_ring<6, 2>, 6},
                   {"diag_ring6_no_requantize", k_ring<6, 3>, 6},
-                  {"ring6+producerq", k_ring<6, 4>, 6}};
+                  {"ring6+producerq", k_ring<6, 4>, 6},
+                  {"diag_ring6+producerq+sleep2us", k_ring<6, 5>, 6},
+                  {"ring6+producerq+flag", k_ring<6, 6>, 6}};
 
     cudaStream_t s;
     CK(cudaStreamCreate(&s));
@@ -302,11 +323,11 @@ int main(void)
     double ref = 0;
     int differ = 0;
     for (int round = 0; round < 2; round++)
-        for (int v = 0; v < 8; v++) {
+        for (int v = 0; v < 10; v++) {
             float best = 1e30f;
             for (int rep = 0; rep < 6; rep++) {
                 CK(cudaMemcpyAsync(a.buf[0], x0, 248320 * 4, cudaMemcpyDeviceToDevice, s));
-                CK(cudaMemsetAsync(a.barrier, 0, 4, s));
+                CK(cudaMemsetAsync(a.barrier, 0, 256, s));
                 CK(cudaEventRecord(e0, s));
                 if (v == 0) {
                     for (int i = 0; i < a.n_mats; i++)
