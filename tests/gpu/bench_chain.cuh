@@ -34,6 +34,7 @@ struct pt_args {
     int n_mats;
     float *buf[2];          /* call i reads buf[i % 2], writes buf[(i + 1) % 2] */
     unsigned *barrier;
+    unsigned *claims;       /* bench_ring: groups claimed per matrix (zero between passes) */
     /* modes 8, 9: buf[j] quantized by its producer into gq[j] / gdx[j]; cnt[j]
      * counts the finished row pairs of each 32-row block (zero between uses) */
     int8_t *gq[2];
@@ -317,6 +318,7 @@ static double chain_build(struct pt_args &a)
     CK(cudaMalloc(&a.buf[0], 248320 * 4));
     CK(cudaMalloc(&a.buf[1], 248320 * 4));
     CK(cudaMalloc(&a.barrier, 256));   /* a counter; bench_ring's flag 128 bytes on */
+    CK(cudaMalloc(&a.claims, PT_MAXM * sizeof(unsigned)));
     for (int j = 0; j < 2; j++) {
         CK(cudaMalloc(&a.gq[j], 248320));
         CK(cudaMalloc(&a.gdx[j], 248320 / 32 * 4));

@@ -158,7 +158,12 @@ static __device__ __forceinline__ float rg_row(const int8_t *q, const __half *d,
  * input in one round trip instead of quantizing the fp32 one. No atomics:
  * a group never spans blocks. 5: MODE 4 with a 2 us sleep after each
  * barrier (diagnostic: how much of a stall the ring hides); 6: MODE 4 with
- * the last arriver's flag as the barrier (rg_grid_sync). */
+ * the last arriver's flag as the barrier (rg_grid_sync); 7: MODE 4 with
+ * the groups claimed by the producers from a counter per matrix instead of
+ * dealt round robin (the blocks finish a matrix together: no ring fills up
+ * while a straggler ends its last group).
+ * The producer tells the consumers each slot's item (slot_mat, slot_j); a
+ * slot of the next matrix ends the consumers' walk of this one. */
 template <int SLOTS, int MODE>
 static __global__ void __launch_bounds__(RG_THREADS, 1) k_ring(const struct pt_args *a)
 {
@@ -167,6 +172,7 @@ static __global__ void __launch_bounds__(RG_THREADS, 1) k_ring(const struct pt_a
     __shared__ __align__(16) int8_t xq[PT_MAXK];
     __shared__ float dx[PT_MAXK / 32];
     __shared__ __align__(8) unsigned long long full[SLOTS], empty[SLOTS];
+    __shared__ int slot_mat[SLOTS], slot_j[SLOTS];   /* the item a slot holds; n_mats: the end */
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, G = gridDim.x;
     if (threadIdx.x == 0) {
         for (int s = 0; s < SLOTS; s++) {
@@ -178,7 +184,7 @@ static __global__ void __launch_bounds__(RG_THREADS, 1) k_ring(const struct pt_a
 #endif
     }
     __syncthreads();
-    if (warp == PT_WARPS) {   /* the producer: every item of this block, in order */
+    if (warp == PT_WARPS) {   /* the producer: this block's items, in order, then the end */
         if (lane != 0)
             return;
         int n = 0;
@@ -186,22 +192,35 @@ static __global__ void __launch_bounds__(RG_THREADS, 1) k_ring(const struct pt_a
             const struct pt_mat &m = a->m[i];
             int R = rg_rows(m), per = PQ ? 32 / R : 1, units = m.n_out / R / per;
             unsigned qb = (unsigned)(R * m.n_in), db = (unsigned)(R * (m.n_in / 32) * 2);
-            for (int u = blockIdx.x; u < units; u += G)
-            for (int t = 0; t < per; t++, n++) {
-                int s = n % SLOTS, j = u * per + t;
-                if (MODE == 1 && n > 0)
-                    rg_mb_wait(&empty[(n - 1) % SLOTS], ((n - 1) / SLOTS) & 1);
-                if (n >= SLOTS)
-                    rg_mb_wait(&empty[s], (n / SLOTS - 1) & 1);
-                unsigned char *slot = ring + (size_t)s * RG_SLOT;
-                rg_mb_expect(&full[s], qb + db);
-                rg_bulk(slot, m.w + (size_t)j * R * m.n_in, qb, &full[s]);
-                rg_bulk(slot + RG_SLOT_Q, m.d + (size_t)j * R * (m.n_in / 32), db, &full[s]);
+            /* units (groups of per items): blockIdx + c G, or (MODE 7) claimed */
+            for (int c = 0;; c++) {
+                int u = MODE == 7 ? (int)atomicAdd(a->claims + i, 1u) : blockIdx.x + c * G;
+                if (u >= units)
+                    break;
+                for (int t = 0; t < per; t++, n++) {
+                    int s = n % SLOTS, j = u * per + t;
+                    if (MODE == 1 && n > 0)
+                        rg_mb_wait(&empty[(n - 1) % SLOTS], ((n - 1) / SLOTS) & 1);
+                    if (n >= SLOTS)
+                        rg_mb_wait(&empty[s], (n / SLOTS - 1) & 1);
+                    slot_mat[s] = i;
+                    slot_j[s] = j;
+                    unsigned char *slot = ring + (size_t)s * RG_SLOT;
+                    rg_mb_expect(&full[s], qb + db);
+                    rg_bulk(slot, m.w + (size_t)j * R * m.n_in, qb, &full[s]);
+                    rg_bulk(slot + RG_SLOT_Q, m.d + (size_t)j * R * (m.n_in / 32), db, &full[s]);
+                }
             }
         }
+        /* the end: a slot without a copy, its phase completed by the arrival */
+        int s = n % SLOTS;
+        if (n >= SLOTS)
+            rg_mb_wait(&empty[s], (n / SLOTS - 1) & 1);
+        slot_mat[s] = a->n_mats;
+        rg_mb_arrive(&full[s]);
         return;
     }
-    __shared__ float ygroup[2][32];   /* MODE 4: a group's outputs, by group parity */
+    __shared__ float ygroup[2][32];   /* PQ: a group's outputs, by group parity */
     int n = 0, gp = 0;
     for (int i = 0; i < a->n_mats; i++) {
         const struct pt_mat &m = a->m[i];
@@ -210,16 +229,18 @@ static __global__ void __launch_bounds__(RG_THREADS, 1) k_ring(const struct pt_a
         if (PQ && i > 0) {
             pt_load_quantized(a->gq[i & 1], a->gdx[i & 1], m.n_in, xq, dx);
             rg_consumers_sync();
-        } else if (i == 0 || MODE < 2 || PQ) {   /* 2, 3: the first input, padded */
+        } else if (i == 0 || MODE < 2) {   /* 2, 3: the first input, padded */
             pt_quantize_batched(a->buf[i & 1], MODE == 2 || MODE == 3 ? PT_MAXK : m.n_in, xq, dx);
             rg_consumers_sync();
         }
         float *y = a->buf[(i + 1) & 1];
-        int R = rg_rows(m), per = PQ ? 32 / R : 1, units = m.n_out / R / per, k = 0;
-        for (int u = blockIdx.x; u < units; u += G)
-        for (int t = 0; t < per; t++, n++, k++) {
-            int s = n % SLOTS, j = u * per + t;
+        int R = rg_rows(m), per = PQ ? 32 / R : 1;
+        for (int k = 0;; n++, k++) {
+            int s = n % SLOTS;
             rg_mb_wait(&full[s], (n / SLOTS) & 1);
+            if (slot_mat[s] != i)   /* the next matrix's: taken there (its phase stays complete) */
+                break;
+            int j = slot_j[s], t = j % per, u = j / per;
             const unsigned char *slot = ring + (size_t)s * RG_SLOT;
             /* 8 rows: warp w takes row w; 2 rows: warps 2 (k % 4) and + 1 */
             int r = R == 8 ? warp : warp - 2 * (k & 3);
@@ -233,6 +254,7 @@ static __global__ void __launch_bounds__(RG_THREADS, 1) k_ring(const struct pt_a
                         ygroup[gp][t * R + r] = v;
                 }
             }
+            /* every consumer has read slot_mat / slot_j before the slot is freed */
             __syncwarp();
             if (lane == 0)
                 rg_mb_arrive(&empty[s]);
@@ -291,7 +313,8 @@ int main(void)
     int grid_l = p.sm_count * per_sm;
 
     if (!rg_prepare<6, 0>() || !rg_prepare<6, 1>() || !rg_prepare<3, 0>() || !rg_prepare<6, 2>() ||
-        !rg_prepare<6, 3>() || !rg_prepare<6, 4>() || !rg_prepare<6, 5>() || !rg_prepare<6, 6>()) {
+        !rg_prepare<6, 3>() || !rg_prepare<6, 4>() || !rg_prepare<6, 5>() || !rg_prepare<6, 6>() ||
+        !rg_prepare<6, 7>()) {
         fprintf(stderr, "cannot allow %d bytes of shared memory\n", 6 * RG_SLOT);
         return 1;
     }
@@ -299,14 +322,15 @@ int main(void)
         const char *name;
         void (*k)(const struct pt_args *);
         int slots;
-    } rings[8] = {{"ring6", k_ring<6, 0>, 6},
+    } rings[9] = {{"ring6", k_ring<6, 0>, 6},
                   {"ring3", k_ring<3, 0>, 3},
                   {"ring6_no_lookahead", k_ring<6, 1>, 6},
                   {"diag_ring6_items_only", k_ring<6, 2>, 6},
                   {"diag_ring6_no_requantize", k_ring<6, 3>, 6},
                   {"ring6+producerq", k_ring<6, 4>, 6},
                   {"diag_ring6+producerq+sleep2us", k_ring<6, 5>, 6},
-                  {"ring6+producerq+flag", k_ring<6, 6>, 6}};
+                  {"ring6+producerq+flag", k_ring<6, 6>, 6},
+                  {"ring6+producerq+claims", k_ring<6, 7>, 6}};
 
     cudaStream_t s;
     CK(cudaStreamCreate(&s));
@@ -323,11 +347,12 @@ int main(void)
     double ref = 0;
     int differ = 0;
     for (int round = 0; round < 2; round++)
-        for (int v = 0; v < 10; v++) {
+        for (int v = 0; v < 11; v++) {
             float best = 1e30f;
             for (int rep = 0; rep < 6; rep++) {
                 CK(cudaMemcpyAsync(a.buf[0], x0, 248320 * 4, cudaMemcpyDeviceToDevice, s));
                 CK(cudaMemsetAsync(a.barrier, 0, 256, s));
+                CK(cudaMemsetAsync(a.claims, 0, PT_MAXM * sizeof(unsigned), s));
                 CK(cudaEventRecord(e0, s));
                 if (v == 0) {
                     for (int i = 0; i < a.n_mats; i++)
