@@ -145,6 +145,44 @@ static __device__ __forceinline__ float rg_row(const int8_t *q, const __half *d,
     return acc;
 }
 
+/* A block's walk of its items in static order (blockIdx + c G units of per
+ * items, matrix by matrix), for the producer that prefetches ahead. */
+struct rg_it {
+    int i, c, t;
+};
+
+template <bool PQ>
+static __device__ __forceinline__ void rg_settle(const struct pt_args *a, struct rg_it &it)
+{
+    while (it.i < a->n_mats) {
+        const struct pt_mat &m = a->m[it.i];
+        int R = rg_rows(m), per = PQ ? 32 / R : 1, units = m.n_out / R / per;
+        if ((int)blockIdx.x + it.c * (int)gridDim.x < units)
+            return;
+        it.i++;
+        it.c = 0;
+        it.t = 0;
+    }
+}
+
+template <bool PQ>
+static __device__ __forceinline__ void rg_advance(const struct pt_args *a, struct rg_it &it)
+{
+    int per = PQ ? 32 / rg_rows(a->m[it.i]) : 1;
+    if (++it.t == per) {
+        it.t = 0;
+        it.c++;
+    }
+    rg_settle<PQ>(a, it);
+}
+
+static __device__ __forceinline__ void rg_prefetch_l2(const void *src, unsigned bytes)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src), "r"(bytes) : "memory");
+#endif
+}
+
 /* MODE 0: as described at the top; 1: the producer issues an item only
  * after the consumers took the previous one (a ring of one in flight, the
  * same code: how much the lookahead itself gives). Diagnostics (outputs
@@ -162,6 +200,9 @@ static __device__ __forceinline__ float rg_row(const int8_t *q, const __half *d,
  * the groups claimed by the producers from a counter per matrix instead of
  * dealt round robin (the blocks finish a matrix together: no ring fills up
  * while a straggler ends its last group).
+ * 8, 9: MODE 4 with the producer also prefetching into L2 the item 6 (8)
+ * or 12 (9) past the one it copies into the ring: lookahead beyond the
+ * ring's 192 KB an SM, in the 50 MB L2.
  * The producer tells the consumers each slot's item (slot_mat, slot_j); a
  * slot of the next matrix ends the consumers' walk of this one. */
 template <int SLOTS, int MODE>
@@ -188,7 +229,37 @@ static __global__ void __launch_bounds__(RG_THREADS, 1) k_ring(const struct pt_a
         if (lane != 0)
             return;
         int n = 0;
-        for (int i = 0; i < a->n_mats; i++) {
+        if (MODE >= 8) {   /* the static walk with an L2 prefetch LEAD items ahead */
+            constexpr int LEAD = MODE == 8 ? 6 : 12;
+            struct rg_it cur = {0, 0, 0}, pre;
+            rg_settle<PQ>(a, cur);
+            pre = cur;
+            for (int k = 0; k < LEAD && pre.i < a->n_mats; k++)
+                rg_advance<PQ>(a, pre);
+            for (; cur.i < a->n_mats; n++) {
+                int s = n % SLOTS;
+                if (n >= SLOTS)
+                    rg_mb_wait(&empty[s], (n / SLOTS - 1) & 1);
+                const struct pt_mat &m = a->m[cur.i];
+                int R = rg_rows(m), per = 32 / R, j = ((int)blockIdx.x + cur.c * G) * per + cur.t;
+                slot_mat[s] = cur.i;
+                slot_j[s] = j;
+                unsigned char *slot = ring + (size_t)s * RG_SLOT;
+                unsigned qb = (unsigned)(R * m.n_in), db = (unsigned)(R * (m.n_in / 32) * 2);
+                rg_mb_expect(&full[s], qb + db);
+                rg_bulk(slot, m.w + (size_t)j * R * m.n_in, qb, &full[s]);
+                rg_bulk(slot + RG_SLOT_Q, m.d + (size_t)j * R * (m.n_in / 32), db, &full[s]);
+                if (pre.i < a->n_mats) {
+                    const struct pt_mat &pm = a->m[pre.i];
+                    int pR = rg_rows(pm), pj = ((int)blockIdx.x + pre.c * G) * (32 / pR) + pre.t;
+                    rg_prefetch_l2(pm.w + (size_t)pj * pR * pm.n_in, (unsigned)(pR * pm.n_in));
+                    rg_prefetch_l2(pm.d + (size_t)pj * pR * (pm.n_in / 32), (unsigned)(pR * (pm.n_in / 32) * 2));
+                    rg_advance<PQ>(a, pre);
+                }
+                rg_advance<PQ>(a, cur);
+            }
+        }
+        for (int i = 0; i < (MODE >= 8 ? 0 : a->n_mats); i++) {
             const struct pt_mat &m = a->m[i];
             int R = rg_rows(m), per = PQ ? 32 / R : 1, units = m.n_out / R / per;
             unsigned qb = (unsigned)(R * m.n_in), db = (unsigned)(R * (m.n_in / 32) * 2);
@@ -314,7 +385,7 @@ int main(void)
 
     if (!rg_prepare<6, 0>() || !rg_prepare<6, 1>() || !rg_prepare<3, 0>() || !rg_prepare<6, 2>() ||
         !rg_prepare<6, 3>() || !rg_prepare<6, 4>() || !rg_prepare<6, 5>() || !rg_prepare<6, 6>() ||
-        !rg_prepare<6, 7>()) {
+        !rg_prepare<6, 7>() || !rg_prepare<6, 8>() || !rg_prepare<6, 9>()) {
         fprintf(stderr, "cannot allow %d bytes of shared memory\n", 6 * RG_SLOT);
         return 1;
     }
@@ -322,7 +393,7 @@ int main(void)
         const char *name;
         void (*k)(const struct pt_args *);
         int slots;
-    } rings[9] = {{"ring6", k_ring<6, 0>, 6},
+    } rings[11] = {{"ring6", k_ring<6, 0>, 6},
                   {"ring3", k_ring<3, 0>, 3},
                   {"ring6_no_lookahead", k_ring<6, 1>, 6},
                   {"diag_ring6_items_only", k_ring<6, 2>, 6},
@@ -330,7 +401,9 @@ int main(void)
                   {"ring6+producerq", k_ring<6, 4>, 6},
                   {"diag_ring6+producerq+sleep2us", k_ring<6, 5>, 6},
                   {"ring6+producerq+flag", k_ring<6, 6>, 6},
-                  {"ring6+producerq+claims", k_ring<6, 7>, 6}};
+                  {"ring6+producerq+claims", k_ring<6, 7>, 6},
+                  {"ring6+producerq+l2ahead6", k_ring<6, 8>, 6},
+                  {"ring6+producerq+l2ahead12", k_ring<6, 9>, 6}};
 
     cudaStream_t s;
     CK(cudaStreamCreate(&s));
@@ -347,7 +420,7 @@ int main(void)
     double ref = 0;
     int differ = 0;
     for (int round = 0; round < 2; round++)
-        for (int v = 0; v < 11; v++) {
+        for (int v = 0; v < 13; v++) {
             float best = 1e30f;
             for (int rep = 0; rep < 6; rep++) {
                 CK(cudaMemcpyAsync(a.buf[0], x0, 248320 * 4, cudaMemcpyDeviceToDevice, s));
