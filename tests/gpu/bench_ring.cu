@@ -126,18 +126,41 @@ static __device__ __forceinline__ int rg_rows(const struct pt_mat &m)
 
 /* One row from shared memory (q: its quants, d: its scales), k_pt_one's
  * expression and order; the warp's total in every lane. */
+template <bool FAST>
 static __device__ __forceinline__ float rg_row(const int8_t *q, const __half *d, const int8_t *xq,
                                                const float *dx, int n_in, int lane)
 {
     float acc = 0.0f;
-    for (int c = 0; c < n_in; c += 512) {
-        int e = c + lane * 16;
-        int4 w = *(const int4 *)(q + e), xv = *(const int4 *)(xq + e);
-        int s = __dp4a(w.x, xv.x, 0);
-        s = __dp4a(w.y, xv.y, s);
-        s = __dp4a(w.z, xv.z, s);
-        s = __dp4a(w.w, xv.w, s);
-        acc = fmaf(__half2float(d[e / 32]) * dx[e / 32], (float)s, acc);
+    if (FAST) {   /* 8 chunks' loads first, then their chain: the same order, the same bits */
+        for (int c0 = 0; c0 < n_in; c0 += PT_CH) {
+            int4 w[8], xv[8];
+            float sc[8];
+#pragma unroll
+            for (int u = 0; u < 8; u++) {
+                int e = c0 + u * 512 + lane * 16;
+                w[u] = *(const int4 *)(q + e);
+                xv[u] = *(const int4 *)(xq + e);
+                sc[u] = __half2float(d[e / 32]) * dx[e / 32];
+            }
+#pragma unroll
+            for (int u = 0; u < 8; u++) {
+                int s = __dp4a(w[u].x, xv[u].x, 0);
+                s = __dp4a(w[u].y, xv[u].y, s);
+                s = __dp4a(w[u].z, xv[u].z, s);
+                s = __dp4a(w[u].w, xv[u].w, s);
+                acc = fmaf(sc[u], (float)s, acc);
+            }
+        }
+    } else {
+        for (int c = 0; c < n_in; c += 512) {
+            int e = c + lane * 16;
+            int4 w = *(const int4 *)(q + e), xv = *(const int4 *)(xq + e);
+            int s = __dp4a(w.x, xv.x, 0);
+            s = __dp4a(w.y, xv.y, s);
+            s = __dp4a(w.z, xv.z, s);
+            s = __dp4a(w.w, xv.w, s);
+            acc = fmaf(__half2float(d[e / 32]) * dx[e / 32], (float)s, acc);
+        }
     }
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1)
@@ -202,13 +225,16 @@ static __device__ __forceinline__ void rg_prefetch_l2(const void *src, unsigned 
  * while a straggler ends its last group).
  * 8, 9: MODE 4 with the producer also prefetching into L2 the item 6 (8)
  * or 12 (9) past the one it copies into the ring: lookahead beyond the
- * ring's 192 KB an SM, in the 50 MB L2.
+ * ring's 192 KB an SM, in the 50 MB L2. 10: MODE 4 with the consumers'
+ * row loop unrolled (rg_row FAST: its loads issued together), so that a
+ * ring filled during a stall drains sooner. 
  * The producer tells the consumers each slot's item (slot_mat, slot_j); a
  * slot of the next matrix ends the consumers' walk of this one. */
 template <int SLOTS, int MODE>
 static __global__ void __launch_bounds__(RG_THREADS, 1) k_ring(const struct pt_args *a)
 {
     constexpr bool PQ = MODE >= 4;   /* producer-side quantization */
+    constexpr bool L2P = MODE == 8 || MODE == 9;
     extern __shared__ __align__(128) unsigned char ring[];   /* SLOTS x RG_SLOT */
     __shared__ __align__(16) int8_t xq[PT_MAXK];
     __shared__ float dx[PT_MAXK / 32];
@@ -229,7 +255,7 @@ static __global__ void __launch_bounds__(RG_THREADS, 1) k_ring(const struct pt_a
         if (lane != 0)
             return;
         int n = 0;
-        if (MODE >= 8) {   /* the static walk with an L2 prefetch LEAD items ahead */
+        if (L2P) {   /* the static walk with an L2 prefetch LEAD items ahead */
             constexpr int LEAD = MODE == 8 ? 6 : 12;
             struct rg_it cur = {0, 0, 0}, pre;
             rg_settle<PQ>(a, cur);
@@ -259,7 +285,7 @@ static __global__ void __launch_bounds__(RG_THREADS, 1) k_ring(const struct pt_a
                 rg_advance<PQ>(a, cur);
             }
         }
-        for (int i = 0; i < (MODE >= 8 ? 0 : a->n_mats); i++) {
+        for (int i = 0; i < (L2P ? 0 : a->n_mats); i++) {
             const struct pt_mat &m = a->m[i];
             int R = rg_rows(m), per = PQ ? 32 / R : 1, units = m.n_out / R / per;
             unsigned qb = (unsigned)(R * m.n_in), db = (unsigned)(R * (m.n_in / 32) * 2);
@@ -316,7 +342,7 @@ static __global__ void __launch_bounds__(RG_THREADS, 1) k_ring(const struct pt_a
             /* 8 rows: warp w takes row w; 2 rows: warps 2 (k % 4) and + 1 */
             int r = R == 8 ? warp : warp - 2 * (k & 3);
             if (r >= 0 && r < R) {
-                float v = rg_row((const int8_t *)slot + (size_t)r * m.n_in,
+                float v = rg_row<MODE == 10>((const int8_t *)slot + (size_t)r * m.n_in,
                                  (const __half *)(slot + RG_SLOT_Q) + (size_t)r * (m.n_in / 32), xq, dx,
                                  m.n_in, lane);
                 if (lane == 0) {
@@ -385,7 +411,7 @@ int main(void)
 
     if (!rg_prepare<6, 0>() || !rg_prepare<6, 1>() || !rg_prepare<3, 0>() || !rg_prepare<6, 2>() ||
         !rg_prepare<6, 3>() || !rg_prepare<6, 4>() || !rg_prepare<6, 5>() || !rg_prepare<6, 6>() ||
-        !rg_prepare<6, 7>() || !rg_prepare<6, 8>() || !rg_prepare<6, 9>()) {
+        !rg_prepare<6, 7>() || !rg_prepare<6, 8>() || !rg_prepare<6, 9>() || !rg_prepare<6, 10>()) {
         fprintf(stderr, "cannot allow %d bytes of shared memory\n", 6 * RG_SLOT);
         return 1;
     }
@@ -393,7 +419,7 @@ int main(void)
         const char *name;
         void (*k)(const struct pt_args *);
         int slots;
-    } rings[11] = {{"ring6", k_ring<6, 0>, 6},
+    } rings[12] = {{"ring6", k_ring<6, 0>, 6},
                   {"ring3", k_ring<3, 0>, 3},
                   {"ring6_no_lookahead", k_ring<6, 1>, 6},
                   {"diag_ring6_items_only", k_ring<6, 2>, 6},
@@ -403,7 +429,8 @@ int main(void)
                   {"ring6+producerq+flag", k_ring<6, 6>, 6},
                   {"ring6+producerq+claims", k_ring<6, 7>, 6},
                   {"ring6+producerq+l2ahead6", k_ring<6, 8>, 6},
-                  {"ring6+producerq+l2ahead12", k_ring<6, 9>, 6}};
+                  {"ring6+producerq+l2ahead12", k_ring<6, 9>, 6},
+                  {"ring6+producerq+fastrows", k_ring<6, 10>, 6}};
 
     cudaStream_t s;
     CK(cudaStreamCreate(&s));
@@ -420,7 +447,7 @@ int main(void)
     double ref = 0;
     int differ = 0;
     for (int round = 0; round < 2; round++)
-        for (int v = 0; v < 13; v++) {
+        for (int v = 0; v < 14; v++) {
             float best = 1e30f;
             for (int rep = 0; rep < 6; rep++) {
                 CK(cudaMemcpyAsync(a.buf[0], x0, 248320 * 4, cudaMemcpyDeviceToDevice, s));
