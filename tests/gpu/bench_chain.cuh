@@ -263,6 +263,26 @@ static __device__ __forceinline__ void pt_grid_sync(unsigned *ctr, unsigned targ
     __syncthreads();
 }
 
+/* 16 bytes global -> shared through the L2 (cp.async.cg, sm_80+): the
+ * staged copies need no registers, so a block's whole round of partials is
+ * in flight at once. */
+static __device__ __forceinline__ void chain_cp16(void *dst, const void *src)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    unsigned a = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(a), "l"(src) : "memory");
+#else
+    *(int4 *)dst = __ldcg((const int4 *)src);
+#endif
+}
+
+static __device__ __forceinline__ void chain_cp_wait(void)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.commit_group;\n\tcp.async.wait_group 0;" ::: "memory");
+#endif
+}
+
 static __global__ void k_fill(int8_t *w, __half *d, size_t n_w, size_t n_d, uint32_t seed, float scale)
 {
     size_t stride = (size_t)gridDim.x * blockDim.x;

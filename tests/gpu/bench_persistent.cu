@@ -183,26 +183,6 @@ static __device__ __forceinline__ void df_st(unsigned long long *p, float v, uns
     asm volatile("st.volatile.global.u64 [%0], %1;" ::"l"(p), "l"(e) : "memory");
 }
 
-/* 16 bytes global -> shared through the L2 (cp.async.cg, sm_80+): the
- * staged copies need no registers, so a block's whole round of partials is
- * in flight at once. */
-static __device__ __forceinline__ void df_cp16(void *dst, const void *src)
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    unsigned a = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(a), "l"(src) : "memory");
-#else
-    *(int4 *)dst = __ldcg((const int4 *)src);
-#endif
-}
-
-static __device__ __forceinline__ void df_cp_wait(void)
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.commit_group;\n\tcp.async.wait_group 0;" ::: "memory");
-#endif
-}
-
 template <int MODE>
 static __global__ void __launch_bounds__(PT_THREADS, 2)
     k_df(const struct pt_args *a, const struct df_args *g, unsigned epoch)
@@ -233,8 +213,8 @@ static __global__ void __launch_bounds__(PT_THREADS, 2)
              * stale entry */
             for (bool ready = i == 0; !ready;) {
                 for (int c = threadIdx.x; c < DF_CH * DF_NSEG / 2; c += PT_THREADS)
-                    df_cp16(stage + c * 2, src + c * 2);
-                df_cp_wait();
+                    chain_cp16(stage + c * 2, src + c * 2);
+                chain_cp_wait();
                 bool ok = true;
 #pragma unroll
                 for (int e = 0; e < 4 * DF_NSEG; e++)

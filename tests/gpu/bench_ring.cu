@@ -206,6 +206,59 @@ static __device__ __forceinline__ void rg_prefetch_l2(const void *src, unsigned 
 #endif
 }
 
+/* MODE 11: each matrix's quantized output as "LL" entries (NCCL's
+ * low-latency protocol: 4 bytes of data and a 4-byte epoch in one 8-byte
+ * store, so no fence), buffers by output parity: q, 4 int8 an entry; s, a
+ * group's scale. The epoch of matrix i's output in pass p is 256 p + i + 1. */
+struct rg_ll {
+    unsigned long long *q[2], *s[2];
+};
+
+static __device__ __forceinline__ void rg_ll_store(unsigned long long *p, unsigned v, unsigned epoch)
+{
+    unsigned long long e = ((unsigned long long)epoch << 32) | v;
+    asm volatile("st.volatile.global.u64 [%0], %1;" ::"l"(p), "l"(e) : "memory");
+}
+
+/* AND of ok over the 8 consumer warps (named barrier 1). */
+static __device__ __forceinline__ bool rg_consumers_all(bool ok)
+{
+    unsigned r;
+    asm volatile("{\n\t.reg .pred p, q;\n\tsetp.ne.u32 q, %1, 0;\n\t"
+                 "bar.red.and.pred p, 1, %2, q;\n\tselp.u32 %0, 1, 0, p;\n\t}"
+                 : "=r"(r)
+                 : "r"((unsigned)ok), "r"(PT_THREADS)
+                 : "memory");
+    return r != 0;
+}
+
+/* The input of a matrix from LL entries of epoch ep: staged whole through
+ * cp.async, staged again (after a short sleep) until every entry is of ep,
+ * then unpacked into xq / dx. st: n_in / 4 + n_in / 32 entries. */
+static __device__ void rg_ll_load(const struct rg_ll *ll, int buf, int n_in, unsigned ep,
+                                  unsigned long long *st, int8_t *xq, float *dx)
+{
+    int nq = n_in / 4, ns = n_in / 32;
+    for (bool ready = false; !ready;) {
+        for (int c = threadIdx.x; c < nq / 2; c += PT_THREADS)
+            chain_cp16(st + 2 * c, ll->q[buf] + 2 * c);
+        for (int c = threadIdx.x; c < ns / 2; c += PT_THREADS)
+            chain_cp16(st + nq + 2 * c, ll->s[buf] + 2 * c);
+        chain_cp_wait();
+        bool ok = true;
+        for (int e = threadIdx.x; e < nq + ns; e += PT_THREADS)
+            ok &= (unsigned)(st[e] >> 32) == ep;
+        ready = rg_consumers_all(ok);
+        if (!ready)
+            __nanosleep(100);
+    }
+    for (int e = threadIdx.x; e < nq; e += PT_THREADS)
+        ((unsigned *)xq)[e] = (unsigned)st[e];
+    for (int e = threadIdx.x; e < ns; e += PT_THREADS)
+        dx[e] = __uint_as_float((unsigned)st[nq + e]);
+    rg_consumers_sync();
+}
+
 /* MODE 0: as described at the top; 1: the producer issues an item only
  * after the consumers took the previous one (a ring of one in flight, the
  * same code: how much the lookahead itself gives). Diagnostics (outputs
@@ -227,11 +280,15 @@ static __device__ __forceinline__ void rg_prefetch_l2(const void *src, unsigned 
  * or 12 (9) past the one it copies into the ring: lookahead beyond the
  * ring's 192 KB an SM, in the 50 MB L2. 10: MODE 4 with the consumers'
  * row loop unrolled (rg_row FAST: its loads issued together), so that a
- * ring filled during a stall drains sooner. 
+ * ring filled during a stall drains sooner. 11: MODE 10 without the grid
+ * barrier: the producers' quantized groups are LL entries (rg_ll), and a
+ * block starts a matrix once its whole input carries the epoch of the
+ * matrix before (5 slots: the staging takes the sixth's shared memory). 
  * The producer tells the consumers each slot's item (slot_mat, slot_j); a
  * slot of the next matrix ends the consumers' walk of this one. */
 template <int SLOTS, int MODE>
-static __global__ void __launch_bounds__(RG_THREADS, 1) k_ring(const struct pt_args *a)
+static __global__ void __launch_bounds__(RG_THREADS, 1)
+    k_ring(const struct pt_args *a, const struct rg_ll *ll, unsigned pass)
 {
     constexpr bool PQ = MODE >= 4;   /* producer-side quantization */
     constexpr bool L2P = MODE == 8 || MODE == 9;
@@ -240,6 +297,7 @@ static __global__ void __launch_bounds__(RG_THREADS, 1) k_ring(const struct pt_a
     __shared__ float dx[PT_MAXK / 32];
     __shared__ __align__(8) unsigned long long full[SLOTS], empty[SLOTS];
     __shared__ int slot_mat[SLOTS], slot_j[SLOTS];   /* the item a slot holds; n_mats: the end */
+    __shared__ __align__(16) unsigned long long llst[MODE == 11 ? PT_MAXK / 4 + PT_MAXK / 32 : 2];
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, G = gridDim.x;
     if (threadIdx.x == 0) {
         for (int s = 0; s < SLOTS; s++) {
@@ -321,9 +379,11 @@ static __global__ void __launch_bounds__(RG_THREADS, 1) k_ring(const struct pt_a
     int n = 0, gp = 0;
     for (int i = 0; i < a->n_mats; i++) {
         const struct pt_mat &m = a->m[i];
-        if (i > 0 && MODE != 2)
+        if (i > 0 && MODE != 2 && MODE != 11)
             rg_grid_sync<MODE == 6>(a->barrier, (unsigned)i * G, (unsigned)i, MODE == 5 ? 2000 : 0);
-        if (PQ && i > 0) {
+        if (MODE == 11 && i > 0) {
+            rg_ll_load(ll, i & 1, m.n_in, 256u * pass + (unsigned)i, llst, xq, dx);
+        } else if (PQ && i > 0) {
             pt_load_quantized(a->gq[i & 1], a->gdx[i & 1], m.n_in, xq, dx);
             rg_consumers_sync();
         } else if (i == 0 || MODE < 2) {   /* 2, 3: the first input, padded */
@@ -342,7 +402,7 @@ static __global__ void __launch_bounds__(RG_THREADS, 1) k_ring(const struct pt_a
             /* 8 rows: warp w takes row w; 2 rows: warps 2 (k % 4) and + 1 */
             int r = R == 8 ? warp : warp - 2 * (k & 3);
             if (r >= 0 && r < R) {
-                float v = rg_row<MODE == 10>((const int8_t *)slot + (size_t)r * m.n_in,
+                float v = rg_row<MODE >= 10>((const int8_t *)slot + (size_t)r * m.n_in,
                                  (const __half *)(slot + RG_SLOT_Q) + (size_t)r * (m.n_in / 32), xq, dx,
                                  m.n_in, lane);
                 if (lane == 0) {
@@ -363,9 +423,21 @@ static __global__ void __launch_bounds__(RG_THREADS, 1) k_ring(const struct pt_a
                     for (int o = 16; o > 0; o >>= 1)
                         am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, o));
                     float inv = am > 0.0f ? 127.0f / am : 0.0f;
-                    a->gq[(i + 1) & 1][u * 32 + lane] = (int8_t)__float2int_rn(x * inv);
-                    if (lane == 0)
-                        a->gdx[(i + 1) & 1][u] = am / 127.0f;
+                    int q = __float2int_rn(x * inv);
+                    if (MODE == 11) {   /* lane k < 8 packs lanes 4k .. 4k + 3 */
+                        unsigned wd = 0, ep = 256u * pass + (unsigned)i + 1u;
+#pragma unroll
+                        for (int b = 0; b < 4; b++)
+                            wd |= ((unsigned)__shfl_sync(0xffffffffu, q, 4 * (lane & 7) + b) & 0xffu) << (8 * b);
+                        if (lane < 8)
+                            rg_ll_store(ll->q[(i + 1) & 1] + u * 8 + lane, wd, ep);
+                        if (lane == 0)
+                            rg_ll_store(ll->s[(i + 1) & 1] + u, __float_as_uint(am / 127.0f), ep);
+                    } else {
+                        a->gq[(i + 1) & 1][u * 32 + lane] = (int8_t)q;
+                        if (lane == 0)
+                            a->gdx[(i + 1) & 1][u] = am / 127.0f;
+                    }
                 }
                 gp ^= 1;
             }
@@ -411,15 +483,16 @@ int main(void)
 
     if (!rg_prepare<6, 0>() || !rg_prepare<6, 1>() || !rg_prepare<3, 0>() || !rg_prepare<6, 2>() ||
         !rg_prepare<6, 3>() || !rg_prepare<6, 4>() || !rg_prepare<6, 5>() || !rg_prepare<6, 6>() ||
-        !rg_prepare<6, 7>() || !rg_prepare<6, 8>() || !rg_prepare<6, 9>() || !rg_prepare<6, 10>()) {
+        !rg_prepare<6, 7>() || !rg_prepare<6, 8>() || !rg_prepare<6, 9>() || !rg_prepare<6, 10>() ||
+        !rg_prepare<5, 10>() || !rg_prepare<5, 11>()) {
         fprintf(stderr, "cannot allow %d bytes of shared memory\n", 6 * RG_SLOT);
         return 1;
     }
     struct {
         const char *name;
-        void (*k)(const struct pt_args *);
+        void (*k)(const struct pt_args *, const struct rg_ll *, unsigned);
         int slots;
-    } rings[12] = {{"ring6", k_ring<6, 0>, 6},
+    } rings[14] = {{"ring6", k_ring<6, 0>, 6},
                   {"ring3", k_ring<3, 0>, 3},
                   {"ring6_no_lookahead", k_ring<6, 1>, 6},
                   {"diag_ring6_items_only", k_ring<6, 2>, 6},
@@ -430,8 +503,21 @@ int main(void)
                   {"ring6+producerq+claims", k_ring<6, 7>, 6},
                   {"ring6+producerq+l2ahead6", k_ring<6, 8>, 6},
                   {"ring6+producerq+l2ahead12", k_ring<6, 9>, 6},
-                  {"ring6+producerq+fastrows", k_ring<6, 10>, 6}};
+                  {"ring6+producerq+fastrows", k_ring<6, 10>, 6},
+                  {"ring5+producerq+fastrows", k_ring<5, 10>, 5},
+                  {"ring5+producerq+fastrows+llflags", k_ring<5, 11>, 5}};
 
+    static struct rg_ll ll;
+    for (int j = 0; j < 2; j++) {
+        CK(cudaMalloc(&ll.q[j], 248320 / 4 * 8));
+        CK(cudaMalloc(&ll.s[j], 248320 / 32 * 8));
+        CK(cudaMemset(ll.q[j], 0, 248320 / 4 * 8));   /* epoch 0: never a pass's */
+        CK(cudaMemset(ll.s[j], 0, 248320 / 32 * 8));
+    }
+    struct rg_ll *ll_dev;
+    CK(cudaMalloc(&ll_dev, sizeof ll));
+    CK(cudaMemcpy(ll_dev, &ll, sizeof ll, cudaMemcpyHostToDevice));
+    unsigned pass = 0;
     cudaStream_t s;
     CK(cudaStreamCreate(&s));
     cudaGraph_t graph;
@@ -447,7 +533,7 @@ int main(void)
     double ref = 0;
     int differ = 0;
     for (int round = 0; round < 2; round++)
-        for (int v = 0; v < 14; v++) {
+        for (int v = 0; v < 16; v++) {
             float best = 1e30f;
             for (int rep = 0; rep < 6; rep++) {
                 CK(cudaMemcpyAsync(a.buf[0], x0, 248320 * 4, cudaMemcpyDeviceToDevice, s));
@@ -460,7 +546,8 @@ int main(void)
                 } else if (v == 1) {
                     CK(cudaGraphLaunch(exec, s));
                 } else {
-                    void *args[] = {&a_dev};
+                    pass++;
+                    void *args[] = {&a_dev, &ll_dev, &pass};
                     CK(cudaLaunchCooperativeKernel((void *)rings[v - 2].k, p.sm_count, RG_THREADS, args,
                                                    (size_t)rings[v - 2].slots * RG_SLOT, s));
                 }
