@@ -259,6 +259,53 @@ static __device__ void rg_ll_load(const struct rg_ll *ll, int buf, int n_in, uns
     rg_consumers_sync();
 }
 
+/* rg_ll_load without the staging buffer (MODE 12): each thread's entries
+ * in registers, all loads in flight together, the stale ones loaded again. */
+static __device__ __forceinline__ unsigned long long rg_ll_ld(const unsigned long long *p)
+{
+    unsigned long long v;
+    asm volatile("ld.volatile.global.u64 %0, [%1];" : "=l"(v) : "l"(p));
+    return v;
+}
+
+static __device__ void rg_ll_load_regs(const struct rg_ll *ll, int buf, int n_in, unsigned ep,
+                                       int8_t *xq, float *dx)
+{
+    enum { MAXE = (PT_MAXK / 4 + PT_MAXK / 32 + PT_THREADS - 1) / PT_THREADS };
+    int nq = n_in / 4, ne = nq + n_in / 32;
+    const unsigned long long *q = ll->q[buf], *sc = ll->s[buf] - nq;   /* entry e >= nq: sc[e] */
+    unsigned long long v[MAXE];
+#pragma unroll
+    for (int k = 0; k < MAXE; k++) {
+        int e = threadIdx.x + k * PT_THREADS;
+        v[k] = e < ne ? rg_ll_ld(e < nq ? q + e : sc + e) : (unsigned long long)ep << 32;
+    }
+    for (;;) {
+        bool ok = true;
+#pragma unroll
+        for (int k = 0; k < MAXE; k++)
+            ok &= (unsigned)(v[k] >> 32) == ep;
+        if (rg_consumers_all(ok))
+            break;
+        __nanosleep(100);
+#pragma unroll
+        for (int k = 0; k < MAXE; k++) {
+            int e = threadIdx.x + k * PT_THREADS;
+            if ((unsigned)(v[k] >> 32) != ep)
+                v[k] = rg_ll_ld(e < nq ? q + e : sc + e);
+        }
+    }
+#pragma unroll
+    for (int k = 0; k < MAXE; k++) {
+        int e = threadIdx.x + k * PT_THREADS;
+        if (e < nq)
+            ((unsigned *)xq)[e] = (unsigned)v[k];
+        else if (e < ne)
+            dx[e - nq] = __uint_as_float((unsigned)v[k]);
+    }
+    rg_consumers_sync();
+}
+
 /* MODE 0: as described at the top; 1: the producer issues an item only
  * after the consumers took the previous one (a ring of one in flight, the
  * same code: how much the lookahead itself gives). Diagnostics (outputs
@@ -283,7 +330,9 @@ static __device__ void rg_ll_load(const struct rg_ll *ll, int buf, int n_in, uns
  * ring filled during a stall drains sooner. 11: MODE 10 without the grid
  * barrier: the producers' quantized groups are LL entries (rg_ll), and a
  * block starts a matrix once its whole input carries the epoch of the
- * matrix before (5 slots: the staging takes the sixth's shared memory). 
+ * matrix before (5 slots: the staging takes the sixth's shared memory).
+ * 12: MODE 11 with the input's entries in registers (rg_ll_load_regs), no
+ * staging buffer, so 6 slots. 
  * The producer tells the consumers each slot's item (slot_mat, slot_j); a
  * slot of the next matrix ends the consumers' walk of this one. */
 template <int SLOTS, int MODE>
@@ -292,6 +341,7 @@ static __global__ void __launch_bounds__(RG_THREADS, 1)
 {
     constexpr bool PQ = MODE >= 4;   /* producer-side quantization */
     constexpr bool L2P = MODE == 8 || MODE == 9;
+    constexpr bool LL = MODE == 11 || MODE == 12;   /* LL entries instead of a grid barrier */
     extern __shared__ __align__(128) unsigned char ring[];   /* SLOTS x RG_SLOT */
     __shared__ __align__(16) int8_t xq[PT_MAXK];
     __shared__ float dx[PT_MAXK / 32];
@@ -379,10 +429,12 @@ static __global__ void __launch_bounds__(RG_THREADS, 1)
     int n = 0, gp = 0;
     for (int i = 0; i < a->n_mats; i++) {
         const struct pt_mat &m = a->m[i];
-        if (i > 0 && MODE != 2 && MODE != 11)
+        if (i > 0 && MODE != 2 && !LL)
             rg_grid_sync<MODE == 6>(a->barrier, (unsigned)i * G, (unsigned)i, MODE == 5 ? 2000 : 0);
         if (MODE == 11 && i > 0) {
             rg_ll_load(ll, i & 1, m.n_in, 256u * pass + (unsigned)i, llst, xq, dx);
+        } else if (MODE == 12 && i > 0) {
+            rg_ll_load_regs(ll, i & 1, m.n_in, 256u * pass + (unsigned)i, xq, dx);
         } else if (PQ && i > 0) {
             pt_load_quantized(a->gq[i & 1], a->gdx[i & 1], m.n_in, xq, dx);
             rg_consumers_sync();
@@ -424,7 +476,7 @@ static __global__ void __launch_bounds__(RG_THREADS, 1)
                         am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, o));
                     float inv = am > 0.0f ? 127.0f / am : 0.0f;
                     int q = __float2int_rn(x * inv);
-                    if (MODE == 11) {   /* lane k < 8 packs lanes 4k .. 4k + 3 */
+                    if (LL) {   /* lane k < 8 packs lanes 4k .. 4k + 3 */
                         unsigned wd = 0, ep = 256u * pass + (unsigned)i + 1u;
 #pragma unroll
                         for (int b = 0; b < 4; b++)
@@ -484,7 +536,7 @@ int main(void)
     if (!rg_prepare<6, 0>() || !rg_prepare<6, 1>() || !rg_prepare<3, 0>() || !rg_prepare<6, 2>() ||
         !rg_prepare<6, 3>() || !rg_prepare<6, 4>() || !rg_prepare<6, 5>() || !rg_prepare<6, 6>() ||
         !rg_prepare<6, 7>() || !rg_prepare<6, 8>() || !rg_prepare<6, 9>() || !rg_prepare<6, 10>() ||
-        !rg_prepare<5, 10>() || !rg_prepare<5, 11>()) {
+        !rg_prepare<5, 10>() || !rg_prepare<5, 11>() || !rg_prepare<6, 12>()) {
         fprintf(stderr, "cannot allow %d bytes of shared memory\n", 6 * RG_SLOT);
         return 1;
     }
@@ -492,7 +544,7 @@ int main(void)
         const char *name;
         void (*k)(const struct pt_args *, const struct rg_ll *, unsigned);
         int slots;
-    } rings[14] = {{"ring6", k_ring<6, 0>, 6},
+    } rings[15] = {{"ring6", k_ring<6, 0>, 6},
                   {"ring3", k_ring<3, 0>, 3},
                   {"ring6_no_lookahead", k_ring<6, 1>, 6},
                   {"diag_ring6_items_only", k_ring<6, 2>, 6},
@@ -505,7 +557,8 @@ int main(void)
                   {"ring6+producerq+l2ahead12", k_ring<6, 9>, 6},
                   {"ring6+producerq+fastrows", k_ring<6, 10>, 6},
                   {"ring5+producerq+fastrows", k_ring<5, 10>, 5},
-                  {"ring5+producerq+fastrows+llflags", k_ring<5, 11>, 5}};
+                  {"ring5+producerq+fastrows+llflags", k_ring<5, 11>, 5},
+                  {"ring6+producerq+fastrows+llflags_regs", k_ring<6, 12>, 6}};
 
     static struct rg_ll ll;
     for (int j = 0; j < 2; j++) {
@@ -533,7 +586,7 @@ int main(void)
     double ref = 0;
     int differ = 0;
     for (int round = 0; round < 2; round++)
-        for (int v = 0; v < 16; v++) {
+        for (int v = 0; v < 17; v++) {
             float best = 1e30f;
             for (int rep = 0; rep < 6; rep++) {
                 CK(cudaMemcpyAsync(a.buf[0], x0, 248320 * 4, cudaMemcpyDeviceToDevice, s));
