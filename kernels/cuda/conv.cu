@@ -6,11 +6,11 @@
  * state, the last 3 columns, in a second launch (the first reads the old
  * state). Fully parallel over tokens, so prefill chunks cost one pass. A
  * decode step (one token per sequence) does both in one launch. */
+#include "conv_step.cuh"
 #include "cuda_util.cuh"
 #include "launch.cuh"
 #include "ops_cuda.cuh"
 
-#define CONV_K 4
 #define CONV_THREADS 128
 
 /* y[t][c] = silu(sum_j w[c][j] * col[t-3+j][c]), one thread per channel
@@ -63,11 +63,7 @@ static __global__ void k_conv1d_out(float *y, const float *x, const float *w,
     for (int u = 0; u < CONV_TPT; u++) {
         if (!(sl[u] >= 0 && sl[u] < n_slots))
             continue;
-        float acc = 0.0f;
-#pragma unroll
-        for (int j = 0; j < CONV_K; j++)
-            acc = __fmaf_rn(wc[j], col[u][j], acc);   /* kernels/cpu/conv.c: fmaf */
-        y[(size_t)(tb + u) * conv_dim + c] = silu_f(acc);
+        y[(size_t)(tb + u) * conv_dim + c] = conv_silu_out(wc, col[u]);
     }
 }
 
@@ -117,16 +113,15 @@ static __global__ void k_conv1d_step(float *y, const float *x, const float *w, f
     if (sl < 0 || sl >= n_slots)
         return;
     float *st = conv_state + (size_t)sl * (CONV_K - 1) * conv_dim + c;
-    float col[CONV_K];
+    float col[CONV_K], wc[CONV_K];
 #pragma unroll
     for (int j = 0; j < CONV_K - 1; j++)
         col[j] = st[(size_t)j * conv_dim];
     col[CONV_K - 1] = x[(size_t)t * conv_dim + c];
-    float acc = 0.0f;
 #pragma unroll
     for (int j = 0; j < CONV_K; j++)
-        acc = __fmaf_rn(w[c * CONV_K + j], col[j], acc);
-    y[(size_t)t * conv_dim + c] = silu_f(acc);
+        wc[j] = w[c * CONV_K + j];
+    y[(size_t)t * conv_dim + c] = conv_silu_out(wc, col);
 #pragma unroll
     for (int j = 0; j < CONV_K - 1; j++)
         st[(size_t)j * conv_dim] = col[j + 1];

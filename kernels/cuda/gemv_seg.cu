@@ -27,6 +27,7 @@
 #include "gated_norm.cuh"
 #include "launch.cuh"
 #include "arch_tiles.h"
+#include "conv_step.cuh"
 #include "matmul_int.cuh"
 #include "ops_cuda.cuh"
 #include "rms_row.cuh"
@@ -235,7 +236,7 @@ static __device__ __forceinline__ void seg_addnorm_prologue(const struct cuda_mm
  * past the part: nothing written. */
 struct seg_conv_in {
     float *st;       /* the slot's column 0 of this row; NULL: nothing to write */
-    float col[3], w[4];
+    float col[CONV_K - 1], w[CONV_K];
 };
 
 static __device__ __forceinline__ void seg_conv_load(const struct mm_parts &ps,
@@ -246,13 +247,13 @@ static __device__ __forceinline__ void seg_conv_load(const struct mm_parts &ps,
     c.st = NULL;
     if (row >= ps.p[0].n_out || sl < 0 || sl >= pro.conv_n_slots)
         return;
-    c.st = pro.conv_state + (size_t)sl * 3 * cd + row;
+    c.st = pro.conv_state + (size_t)sl * (CONV_K - 1) * cd + row;
 #pragma unroll
-    for (int j = 0; j < 3; j++)
+    for (int j = 0; j < CONV_K - 1; j++)
         c.col[j] = c.st[(size_t)j * cd];
 #pragma unroll
-    for (int j = 0; j < 4; j++)
-        c.w[j] = __ldg(pro.conv_w + (size_t)row * 4 + j);
+    for (int j = 0; j < CONV_K; j++)
+        c.w[j] = __ldg(pro.conv_w + (size_t)row * CONV_K + j);
 }
 
 static __device__ __forceinline__ void seg_conv_store(const struct mm_parts &ps,
@@ -262,14 +263,14 @@ static __device__ __forceinline__ void seg_conv_store(const struct mm_parts &ps,
     if (!c.st)
         return;
     int cd = pro.conv_dim;
-    float col[4] = {c.col[0], c.col[1], c.col[2], v};
-    float acc = 0.0f;
+    float col[CONV_K];
 #pragma unroll
-    for (int j = 0; j < 4; j++)
-        acc = __fmaf_rn(c.w[j], col[j], acc);   /* k_conv1d_step */
-    ps.p[0].y[row] = silu_f(acc);
+    for (int j = 0; j < CONV_K - 1; j++)
+        col[j] = c.col[j];
+    col[CONV_K - 1] = v;
+    ps.p[0].y[row] = conv_silu_out(c.w, col);   /* k_conv1d_step's expression */
 #pragma unroll
-    for (int j = 0; j < 3; j++)
+    for (int j = 0; j < CONV_K - 1; j++)
         c.st[(size_t)j * cd] = col[j + 1];
 }
 
