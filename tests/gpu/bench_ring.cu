@@ -312,10 +312,17 @@ static __device__ void rg_ll_load_regs(const struct rg_ll *ll, int buf, int n_in
  * would have to compute it: the 8 warps form the block dots into terms,
  * then warp 0 runs the R x n_seg chains (one a lane) and adds the segments.
  * out[r]: row r's value (warp 0 lanes < R). */
+/* terms and scale products of an item at index k + k / 32: warp 0's lanes
+ * (one chain each, chains 32 blocks apart) then read distinct banks. */
+#define RG_PAD(k) ((k) + ((k) >> 5))
+#define RG_TERMS (1024 + 32)
+
 static __device__ __forceinline__ void rg_item_dots(const unsigned char *slot, int R, int n_in,
-                                                    const int8_t *xq, float *terms)
+                                                    const int8_t *xq, const float *dx, float *terms,
+                                                    float *sc)
 {
     int nb = n_in / 32;
+    const __half *d = (const __half *)(slot + RG_SLOT_Q);
     for (int idx = threadIdx.x; idx < R * nb; idx += PT_THREADS) {
         int r = idx / nb, b = idx % nb;
         const int4 *w = (const int4 *)(slot + (size_t)r * n_in + b * 32);
@@ -328,22 +335,21 @@ static __device__ __forceinline__ void rg_item_dots(const unsigned char *slot, i
         v = __dp4a(w1.x, x1.x, v);
         v = __dp4a(w1.y, x1.y, v);
         v = __dp4a(w1.z, x1.z, v);
-        terms[idx] = (float)__dp4a(w1.w, x1.w, v);   /* exact: |v| < 2^22 */
+        terms[RG_PAD(idx)] = (float)__dp4a(w1.w, x1.w, v);   /* exact: |v| < 2^22 */
+        sc[RG_PAD(idx)] = __fmul_rn(__half2float(d[idx]), dx[b]);
     }
 }
 
-static __device__ __forceinline__ float rg_item_chains(const unsigned char *slot, int R, int n_in,
-                                                       const float *dx, const float *terms,
-                                                       float *pbuf, int lane)
+static __device__ __forceinline__ float rg_item_chains(int R, int n_in, const float *terms,
+                                                       const float *sc, float *pbuf, int lane)
 {
     int nb = n_in / 32, nseg = nb / 32;
-    const __half *d = (const __half *)(slot + RG_SLOT_Q);
     float p = 0.0f;
     if (lane < R * nseg) {
-        int r = lane / nseg, b0 = (lane % nseg) * 32;
+        int k0 = (lane / nseg) * nb + (lane % nseg) * 32;
 #pragma unroll 8
-        for (int b = b0; b < b0 + 32; b++)
-            p = __fmaf_rn(__fmul_rn(__half2float(d[r * nb + b]), dx[b]), terms[r * nb + b], p);
+        for (int k = k0; k < k0 + 32; k++)
+            p = __fmaf_rn(sc[RG_PAD(k)], terms[RG_PAD(k)], p);
     }
     pbuf[lane] = p;
     __syncwarp();
@@ -512,7 +518,8 @@ static __global__ void __launch_bounds__(RG_THREADS, 1)
         return;
     }
     __shared__ float ygroup[2][32];   /* PQ: a group's outputs, by group parity */
-    __shared__ float terms[MODE == 13 ? 2 : 1][MODE == 13 ? 1024 : 1];   /* by item parity */
+    __shared__ float terms[MODE == 13 ? 2 : 1][MODE == 13 ? RG_TERMS : 1];   /* by item parity */
+    __shared__ float scs[MODE == 13 ? 2 : 1][MODE == 13 ? RG_TERMS : 1];
     __shared__ float pbuf[32];
     int n = 0, gp = 0;
     for (int i = 0; i < a->n_mats; i++) {
@@ -540,10 +547,12 @@ static __global__ void __launch_bounds__(RG_THREADS, 1)
             int j = slot_j[s], t = j % per, u = j / per;
             const unsigned char *slot = ring + (size_t)s * RG_SLOT;
             if (MODE == 13) {   /* block dots by all, then warp 0's chains */
-                rg_item_dots(slot, R, m.n_in, xq, terms[n & 1]);
+                rg_item_dots(slot, R, m.n_in, xq, dx, terms[n & 1], scs[n & 1]);
                 rg_consumers_sync();
+                if (lane == 0)   /* the chains read terms and scs only: the slot is free */
+                    rg_mb_arrive(&empty[s]);
                 if (warp == 0) {
-                    float v = rg_item_chains(slot, R, m.n_in, dx, terms[n & 1], pbuf, lane);
+                    float v = rg_item_chains(R, m.n_in, terms[n & 1], scs[n & 1], pbuf, lane);
                     if (lane < R) {
                         y[j * R + lane] = v;
                         ygroup[gp][t * R + lane] = v;
@@ -564,7 +573,7 @@ static __global__ void __launch_bounds__(RG_THREADS, 1)
             }
             /* every consumer has read slot_mat / slot_j before the slot is freed */
             __syncwarp();
-            if (lane == 0)
+            if (MODE != 13 && lane == 0)
                 rg_mb_arrive(&empty[s]);
             if (PQ && t == per - 1 && i + 1 < a->n_mats) {   /* the group, quantized */
                 rg_consumers_sync();
