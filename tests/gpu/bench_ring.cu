@@ -309,9 +309,11 @@ static __device__ void rg_ll_load_regs(const struct rg_ll *ll, int buf, int n_in
 /* MODE 13: an item's rows in the product's summation order (kernels/
  * numerics.h: per 1,024-value segment p = fma(d_w d_x, isum, p) over its 32
  * blocks in order, then total = 0 + p_0 + p_1 + ...), as a ring consumer
- * would have to compute it: the 8 warps form the block dots into terms,
- * then warp 0 runs the R x n_seg chains (one a lane) and adds the segments.
- * out[r]: row r's value (warp 0 lanes < R). */
+ * would have to compute it: the 8 warps form the block dots and scale
+ * products into terms / scs, then a tenth warp (the chain warp, one item
+ * behind, double-buffered through named barriers 2 and 3, as gemv_seg.cu's
+ * tail warp) runs the R x n_seg chains (one a lane), adds the segments and
+ * publishes the groups. */
 /* terms and scale products of an item at index k + k / 32: warp 0's lanes
  * (one chain each, chains 32 blocks apart) then read distinct banks. */
 #define RG_PAD(k) ((k) + ((k) >> 5))
@@ -395,6 +397,46 @@ static __global__ void __launch_bounds__(PT_THREADS) k_ref_contract(struct pt_ma
     y[row] = tot;
 }
 
+/* Group u of matrix i's output (x: lane l's row u 32 + l), quantized as
+ * pt_quantize does, for matrix i + 1: LL entries (ll) or plain gq / gdx. */
+template <bool LL>
+static __device__ __forceinline__ void rg_publish_group(const struct pt_args *a,
+                                                        const struct rg_ll *ll, int i, int u,
+                                                        float x, unsigned pass, int lane)
+{
+    float am = fabsf(x);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, o));
+    float inv = am > 0.0f ? 127.0f / am : 0.0f;
+    int q = __float2int_rn(x * inv);
+    if (LL) {   /* lane k < 8 packs lanes 4k .. 4k + 3 */
+        unsigned wd = 0, ep = 256u * pass + (unsigned)i + 1u;
+#pragma unroll
+        for (int b = 0; b < 4; b++)
+            wd |= ((unsigned)__shfl_sync(0xffffffffu, q, 4 * (lane & 7) + b) & 0xffu) << (8 * b);
+        if (lane < 8)
+            rg_ll_store(ll->q[(i + 1) & 1] + u * 8 + lane, wd, ep);
+        if (lane == 0)
+            rg_ll_store(ll->s[(i + 1) & 1] + u, __float_as_uint(am / 127.0f), ep);
+    } else {
+        a->gq[(i + 1) & 1][u * 32 + lane] = (int8_t)q;
+        if (lane == 0)
+            a->gdx[(i + 1) & 1][u] = am / 127.0f;
+    }
+}
+
+/* Named barriers 2 and 3 between MODE 13's dot warps and its chain warp. */
+static __device__ __forceinline__ void rg_bar_arrive(int id)
+{
+    asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(PT_THREADS + 32) : "memory");
+}
+
+static __device__ __forceinline__ void rg_bar_sync(int id)
+{
+    asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(PT_THREADS + 32) : "memory");
+}
+
 /* MODE 0: as described at the top; 1: the producer issues an item only
  * after the consumers took the previous one (a ring of one in flight, the
  * same code: how much the lookahead itself gives). Diagnostics (outputs
@@ -428,7 +470,7 @@ static __global__ void __launch_bounds__(PT_THREADS) k_ref_contract(struct pt_ma
  * The producer tells the consumers each slot's item (slot_mat, slot_j); a
  * slot of the next matrix ends the consumers' walk of this one. */
 template <int SLOTS, int MODE>
-static __global__ void __launch_bounds__(RG_THREADS, 1)
+static __global__ void __launch_bounds__(RG_THREADS + 32, 1)
     k_ring(const struct pt_args *a, const struct rg_ll *ll, unsigned pass)
 {
     constexpr bool PQ = MODE >= 4;   /* producer-side quantization */
@@ -518,9 +560,74 @@ static __global__ void __launch_bounds__(RG_THREADS, 1)
         return;
     }
     __shared__ float ygroup[2][32];   /* PQ: a group's outputs, by group parity */
-    __shared__ float terms[MODE == 13 ? 2 : 1][MODE == 13 ? RG_TERMS : 1];   /* by item parity */
+    __shared__ float terms[MODE == 13 ? 2 : 1][MODE == 13 ? RG_TERMS : 1];   /* by hand-over parity */
     __shared__ float scs[MODE == 13 ? 2 : 1][MODE == 13 ? RG_TERMS : 1];
+    __shared__ int info_i[2], info_j[2];
     __shared__ float pbuf[32];
+    if (MODE == 13 && warp == PT_WARPS + 1) {   /* the chain warp, one item behind the dots */
+        for (int h = 0, gp = 0;; h++) {
+            rg_bar_sync(2);   /* the dots of hand-over h */
+            int i = info_i[h & 1], j = info_j[h & 1];
+            if (i >= a->n_mats)
+                return;
+            const struct pt_mat &m = a->m[i];
+            int R = rg_rows(m), per = 32 / R, t = j % per, u = j / per;
+            float v = rg_item_chains(R, m.n_in, terms[h & 1], scs[h & 1], pbuf, lane);
+            if (lane < R) {
+                a->buf[(i + 1) & 1][j * R + lane] = v;
+                ygroup[gp][t * R + lane] = v;
+            }
+            __syncwarp();
+            rg_bar_arrive(3);   /* terms[h & 1] may be written again */
+            if (t == per - 1 && i + 1 < a->n_mats) {
+                rg_publish_group<LL>(a, ll, i, u, ygroup[gp][lane], pass, lane);
+                gp ^= 1;
+            }
+        }
+    }
+    if (MODE == 13) {   /* the dot warps: block dots of each item, handed to the chain warp */
+        int n = 0, h = 0;
+        for (int i = 0; i <= a->n_mats; i++) {
+            bool end = i == a->n_mats;
+            const struct pt_mat &m = a->m[end ? 0 : i];
+            if (end) {
+            } else if (i > 0) {
+                rg_ll_load_regs(ll, i & 1, m.n_in, 256u * pass + (unsigned)i, xq, dx);
+            } else {
+                pt_quantize_batched(a->buf[0], m.n_in, xq, dx);
+                rg_consumers_sync();
+            }
+            for (;; n++, h++) {
+                int s = n % SLOTS;
+                if (!end) {
+                    rg_mb_wait(&full[s], (n / SLOTS) & 1);
+                    if (slot_mat[s] != i)
+                        break;
+                }
+                /* buffer h & 1: the chain warp finished hand-over h - 2 (waited
+                 * for below, one hand-over ago) */
+                if (threadIdx.x == 0) {
+                    info_i[h & 1] = i;
+                    info_j[h & 1] = end ? 0 : slot_j[s];
+                }
+                if (!end) {
+                    rg_item_dots(ring + (size_t)s * RG_SLOT, rg_rows(m), m.n_in, xq, dx, terms[h & 1],
+                                 scs[h & 1]);
+                    __syncwarp();
+                    if (lane == 0)
+                        rg_mb_arrive(&empty[s]);
+                }
+                /* a named barrier holds one generation: hand over h only once the
+                 * chain warp has finished h - 1 (so it waits on barrier 2 again) */
+                if (h >= 1)
+                    rg_bar_sync(3);
+                rg_bar_arrive(2);
+                if (end)
+                    return;
+            }
+        }
+        return;
+    }
     int n = 0, gp = 0;
     for (int i = 0; i < a->n_mats; i++) {
         const struct pt_mat &m = a->m[i];
@@ -546,22 +653,9 @@ static __global__ void __launch_bounds__(RG_THREADS, 1)
                 break;
             int j = slot_j[s], t = j % per, u = j / per;
             const unsigned char *slot = ring + (size_t)s * RG_SLOT;
-            if (MODE == 13) {   /* block dots by all, then warp 0's chains */
-                rg_item_dots(slot, R, m.n_in, xq, dx, terms[n & 1], scs[n & 1]);
-                rg_consumers_sync();
-                if (lane == 0)   /* the chains read terms and scs only: the slot is free */
-                    rg_mb_arrive(&empty[s]);
-                if (warp == 0) {
-                    float v = rg_item_chains(R, m.n_in, terms[n & 1], scs[n & 1], pbuf, lane);
-                    if (lane < R) {
-                        y[j * R + lane] = v;
-                        ygroup[gp][t * R + lane] = v;
-                    }
-                }
-            }
             /* 8 rows: warp w takes row w; 2 rows: warps 2 (k % 4) and + 1 */
             int r = R == 8 ? warp : warp - 2 * (k & 3);
-            if (MODE != 13 && r >= 0 && r < R) {
+            if (r >= 0 && r < R) {
                 float v = rg_row<MODE >= 10>((const int8_t *)slot + (size_t)r * m.n_in,
                                  (const __half *)(slot + RG_SLOT_Q) + (size_t)r * (m.n_in / 32), xq, dx,
                                  m.n_in, lane);
@@ -573,32 +667,12 @@ static __global__ void __launch_bounds__(RG_THREADS, 1)
             }
             /* every consumer has read slot_mat / slot_j before the slot is freed */
             __syncwarp();
-            if (MODE != 13 && lane == 0)
+            if (lane == 0)
                 rg_mb_arrive(&empty[s]);
             if (PQ && t == per - 1 && i + 1 < a->n_mats) {   /* the group, quantized */
                 rg_consumers_sync();
-                if (warp == 0) {
-                    float x = ygroup[gp][lane], am = fabsf(x);
-#pragma unroll
-                    for (int o = 16; o > 0; o >>= 1)
-                        am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, o));
-                    float inv = am > 0.0f ? 127.0f / am : 0.0f;
-                    int q = __float2int_rn(x * inv);
-                    if (LL) {   /* lane k < 8 packs lanes 4k .. 4k + 3 */
-                        unsigned wd = 0, ep = 256u * pass + (unsigned)i + 1u;
-#pragma unroll
-                        for (int b = 0; b < 4; b++)
-                            wd |= ((unsigned)__shfl_sync(0xffffffffu, q, 4 * (lane & 7) + b) & 0xffu) << (8 * b);
-                        if (lane < 8)
-                            rg_ll_store(ll->q[(i + 1) & 1] + u * 8 + lane, wd, ep);
-                        if (lane == 0)
-                            rg_ll_store(ll->s[(i + 1) & 1] + u, __float_as_uint(am / 127.0f), ep);
-                    } else {
-                        a->gq[(i + 1) & 1][u * 32 + lane] = (int8_t)q;
-                        if (lane == 0)
-                            a->gdx[(i + 1) & 1][u] = am / 127.0f;
-                    }
-                }
+                if (warp == 0)
+                    rg_publish_group<LL>(a, ll, i, u, ygroup[gp][lane], pass, lane);
                 gp ^= 1;
             }
         }
@@ -652,22 +726,23 @@ int main(void)
         const char *name;
         void (*k)(const struct pt_args *, const struct rg_ll *, unsigned);
         int slots;
-    } rings[16] = {{"ring6", k_ring<6, 0>, 6},
-                  {"ring3", k_ring<3, 0>, 3},
-                  {"ring6_no_lookahead", k_ring<6, 1>, 6},
-                  {"diag_ring6_items_only", k_ring<6, 2>, 6},
-                  {"diag_ring6_no_requantize", k_ring<6, 3>, 6},
-                  {"ring6+producerq", k_ring<6, 4>, 6},
-                  {"diag_ring6+producerq+sleep2us", k_ring<6, 5>, 6},
-                  {"ring6+producerq+flag", k_ring<6, 6>, 6},
-                  {"ring6+producerq+claims", k_ring<6, 7>, 6},
-                  {"ring6+producerq+l2ahead6", k_ring<6, 8>, 6},
-                  {"ring6+producerq+l2ahead12", k_ring<6, 9>, 6},
-                  {"ring6+producerq+fastrows", k_ring<6, 10>, 6},
-                  {"ring5+producerq+fastrows", k_ring<5, 10>, 5},
-                  {"ring5+producerq+fastrows+llflags", k_ring<5, 11>, 5},
-                  {"ring6+producerq+fastrows+llflags_regs", k_ring<6, 12>, 6},
-                  {"ring5+producerq+llflags_regs+contract_order", k_ring<5, 13>, 5}};
+        int threads;
+    } rings[16] = {{"ring6", k_ring<6, 0>, 6, RG_THREADS},
+                  {"ring3", k_ring<3, 0>, 3, RG_THREADS},
+                  {"ring6_no_lookahead", k_ring<6, 1>, 6, RG_THREADS},
+                  {"diag_ring6_items_only", k_ring<6, 2>, 6, RG_THREADS},
+                  {"diag_ring6_no_requantize", k_ring<6, 3>, 6, RG_THREADS},
+                  {"ring6+producerq", k_ring<6, 4>, 6, RG_THREADS},
+                  {"diag_ring6+producerq+sleep2us", k_ring<6, 5>, 6, RG_THREADS},
+                  {"ring6+producerq+flag", k_ring<6, 6>, 6, RG_THREADS},
+                  {"ring6+producerq+claims", k_ring<6, 7>, 6, RG_THREADS},
+                  {"ring6+producerq+l2ahead6", k_ring<6, 8>, 6, RG_THREADS},
+                  {"ring6+producerq+l2ahead12", k_ring<6, 9>, 6, RG_THREADS},
+                  {"ring6+producerq+fastrows", k_ring<6, 10>, 6, RG_THREADS},
+                  {"ring5+producerq+fastrows", k_ring<5, 10>, 5, RG_THREADS},
+                  {"ring5+producerq+fastrows+llflags", k_ring<5, 11>, 5, RG_THREADS},
+                  {"ring6+producerq+fastrows+llflags_regs", k_ring<6, 12>, 6, RG_THREADS},
+                  {"ring5+producerq+llflags_regs+contract_order", k_ring<5, 13>, 5, RG_THREADS + 32}};
 
     static struct rg_ll ll;
     for (int j = 0; j < 2; j++) {
@@ -719,7 +794,7 @@ int main(void)
                 } else {
                     pass++;
                     void *args[] = {&a_dev, &ll_dev, &pass};
-                    CK(cudaLaunchCooperativeKernel((void *)rings[v - 2].k, p.sm_count, RG_THREADS, args,
+                    CK(cudaLaunchCooperativeKernel((void *)rings[v - 2].k, p.sm_count, rings[v - 2].threads, args,
                                                    (size_t)rings[v - 2].slots * RG_SLOT, s));
                 }
                 CK(cudaEventRecord(e1, s));
