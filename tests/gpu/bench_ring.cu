@@ -326,22 +326,24 @@ static __device__ __forceinline__ void rg_item_dots(const unsigned char *slot, i
     /* two lanes a block (16 bytes each, consecutive: no bank conflicts), the
      * halves' exact integer sums added across the pair; R nb 2 is a multiple
      * of the 256 threads, so every lane takes part in every shuffle */
-    int nb = n_in / 32;
+    int nb = n_in / 32, half = threadIdx.x & 1, idx = threadIdx.x >> 1, b = idx % nb;
     const __half *d = (const __half *)(slot + RG_SLOT_Q);
-#pragma unroll 4
-    for (int h = threadIdx.x; h < R * nb * 2; h += PT_THREADS) {
-        int idx = h >> 1, b = idx % nb;
+#pragma unroll 2
+    for (int h = threadIdx.x; h < R * nb * 2; h += PT_THREADS, idx += PT_THREADS / 2) {
         int4 w = *(const int4 *)(slot + (size_t)h * 16);
-        int4 x = *(const int4 *)(xq + (h % (2 * nb)) * 16);
+        int4 x = *(const int4 *)(xq + b * 32 + half * 16);
         int v = __dp4a(w.x, x.x, 0);
         v = __dp4a(w.y, x.y, v);
         v = __dp4a(w.z, x.z, v);
         v = __dp4a(w.w, x.w, v);
         v += __shfl_xor_sync(0xffffffffu, v, 1);
-        if (!(h & 1)) {
+        if (!half) {
             terms[RG_PAD(idx)] = (float)v;   /* exact: |v| < 2^22 */
             sc[RG_PAD(idx)] = __fmul_rn(__half2float(d[idx]), dx[b]);
         }
+        b += PT_THREADS / 2;   /* idx % nb, without a division (nb >= 128) */
+        if (b >= nb)
+            b -= nb;
     }
 }
 
