@@ -323,26 +323,25 @@ static __device__ __forceinline__ void rg_item_dots(const unsigned char *slot, i
                                                     const int8_t *xq, const float *dx, float *terms,
                                                     float *sc)
 {
-    /* two lanes a block (16 bytes each, consecutive: no bank conflicts), the
-     * halves' exact integer sums added across the pair; R nb 2 is a multiple
-     * of the 256 threads, so every lane takes part in every shuffle */
-    int nb = n_in / 32, half = threadIdx.x & 1, idx = threadIdx.x >> 1, b = idx % nb;
+    /* a block a thread (two lanes a block over consecutive 16 bytes, free of
+     * bank conflicts, measured slower: 59.8% against 71.7%, ea8c014) */
+    int nb = n_in / 32, b = threadIdx.x % nb;
     const __half *d = (const __half *)(slot + RG_SLOT_Q);
 #pragma unroll 2
-    for (int h = threadIdx.x; h < R * nb * 2; h += PT_THREADS, idx += PT_THREADS / 2) {
-        int4 w = *(const int4 *)(slot + (size_t)h * 16);
-        int4 x = *(const int4 *)(xq + b * 32 + half * 16);
-        int v = __dp4a(w.x, x.x, 0);
-        v = __dp4a(w.y, x.y, v);
-        v = __dp4a(w.z, x.z, v);
-        v = __dp4a(w.w, x.w, v);
-        v += __shfl_xor_sync(0xffffffffu, v, 1);
-        if (!half) {
-            terms[RG_PAD(idx)] = (float)v;   /* exact: |v| < 2^22 */
-            sc[RG_PAD(idx)] = __fmul_rn(__half2float(d[idx]), dx[b]);
-        }
-        b += PT_THREADS / 2;   /* idx % nb, without a division (nb >= 128) */
-        if (b >= nb)
+    for (int idx = threadIdx.x; idx < R * nb; idx += PT_THREADS) {
+        const int4 *w = (const int4 *)(slot + (size_t)idx * 32);
+        const int4 *x = (const int4 *)(xq + b * 32);
+        int4 w0 = w[0], w1 = w[1], x0 = x[0], x1 = x[1];
+        int v = __dp4a(w0.x, x0.x, 0);
+        v = __dp4a(w0.y, x0.y, v);
+        v = __dp4a(w0.z, x0.z, v);
+        v = __dp4a(w0.w, x0.w, v);
+        v = __dp4a(w1.x, x1.x, v);
+        v = __dp4a(w1.y, x1.y, v);
+        v = __dp4a(w1.z, x1.z, v);
+        terms[RG_PAD(idx)] = (float)__dp4a(w1.w, x1.w, v);   /* exact: |v| < 2^22 */
+        sc[RG_PAD(idx)] = __fmul_rn(__half2float(d[idx]), dx[b]);
+        for (b += PT_THREADS; b >= nb;)   /* idx % nb without a division */
             b -= nb;
     }
 }
