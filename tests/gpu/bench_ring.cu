@@ -351,11 +351,17 @@ static __device__ __forceinline__ float rg_item_chains(int R, int n_in, const fl
 {
     int nb = n_in / 32, nseg = nb / 32;
     float p = 0.0f;
-    if (lane < R * nseg) {
-        int k0 = (lane / nseg) * nb + (lane % nseg) * 32;
-#pragma unroll 8
-        for (int k = k0; k < k0 + 32; k++)
-            p = __fmaf_rn(sc[RG_PAD(k)], terms[RG_PAD(k)], p);
+    if (lane < R * nseg) {   /* the chain's 64 operands loaded first, then its 32 FMAs */
+        int k0 = (lane / nseg) * nb + (lane % nseg) * 32, base = RG_PAD(k0);
+        float tv[32], sv[32];
+#pragma unroll
+        for (int k = 0; k < 32; k++) {
+            tv[k] = terms[base + k];
+            sv[k] = sc[base + k];
+        }
+#pragma unroll
+        for (int k = 0; k < 32; k++)
+            p = __fmaf_rn(sv[k], tv[k], p);
     }
     pbuf[lane] = p;
     __syncwarp();
