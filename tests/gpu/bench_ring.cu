@@ -476,7 +476,8 @@ static __device__ __forceinline__ void rg_bar_sync(int id)
  * staging buffer, so 6 slots. 13: MODE 12 with the rows in the product's
  * summation order (rg_item_dots / rg_item_chains; 5 slots: the terms take
  * the sixth's shared memory; its bits are compared
- * with k_ref_contract's, not k_pt_one's). 
+ * with k_ref_contract's, not k_pt_one's). Diagnostics of it: 14, the
+ * chain warp skips the chains; 15, the dot warps skip the dots. 
  * The producer tells the consumers each slot's item (slot_mat, slot_j); a
  * slot of the next matrix ends the consumers' walk of this one. */
 template <int SLOTS, int MODE>
@@ -486,6 +487,7 @@ static __global__ void __launch_bounds__(RG_THREADS + 32, 1)
     constexpr bool PQ = MODE >= 4;   /* producer-side quantization */
     constexpr bool L2P = MODE == 8 || MODE == 9;
     constexpr bool LL = MODE >= 11;   /* LL entries instead of a grid barrier */
+    constexpr bool CO = MODE >= 13;   /* the contract order: dot warps and a chain warp */
     extern __shared__ __align__(128) unsigned char ring[];   /* SLOTS x RG_SLOT */
     __shared__ __align__(16) int8_t xq[PT_MAXK];
     __shared__ float dx[PT_MAXK / 32];
@@ -570,11 +572,11 @@ static __global__ void __launch_bounds__(RG_THREADS + 32, 1)
         return;
     }
     __shared__ float ygroup[2][32];   /* PQ: a group's outputs, by group parity */
-    __shared__ float terms[MODE == 13 ? 2 : 1][MODE == 13 ? RG_TERMS : 1];   /* by hand-over parity */
-    __shared__ float scs[MODE == 13 ? 2 : 1][MODE == 13 ? RG_TERMS : 1];
+    __shared__ float terms[CO ? 2 : 1][CO ? RG_TERMS : 1];   /* by hand-over parity */
+    __shared__ float scs[CO ? 2 : 1][CO ? RG_TERMS : 1];
     __shared__ int info_i[2], info_j[2];
     __shared__ float pbuf[32];
-    if (MODE == 13 && warp == PT_WARPS + 1) {   /* the chain warp, one item behind the dots */
+    if (CO && warp == PT_WARPS + 1) {   /* the chain warp, one item behind the dots */
         for (int h = 0, gp = 0;; h++) {
             rg_bar_sync(2);   /* the dots of hand-over h */
             int i = info_i[h & 1], j = info_j[h & 1];
@@ -582,7 +584,8 @@ static __global__ void __launch_bounds__(RG_THREADS + 32, 1)
                 return;
             const struct pt_mat &m = a->m[i];
             int R = rg_rows(m), per = 32 / R, t = j % per, u = j / per;
-            float v = rg_item_chains(R, m.n_in, terms[h & 1], scs[h & 1], pbuf, lane);
+            float v = MODE == 14 ? terms[h & 1][lane]   /* diagnostic: no chains */
+                                 : rg_item_chains(R, m.n_in, terms[h & 1], scs[h & 1], pbuf, lane);
             if (lane < R) {
                 a->buf[(i + 1) & 1][j * R + lane] = v;
                 ygroup[gp][t * R + lane] = v;
@@ -595,7 +598,7 @@ static __global__ void __launch_bounds__(RG_THREADS + 32, 1)
             }
         }
     }
-    if (MODE == 13) {   /* the dot warps: block dots of each item, handed to the chain warp */
+    if (CO) {   /* the dot warps: block dots of each item, handed to the chain warp */
         int n = 0, h = 0;
         for (int i = 0; i <= a->n_mats; i++) {
             bool end = i == a->n_mats;
@@ -621,8 +624,9 @@ static __global__ void __launch_bounds__(RG_THREADS + 32, 1)
                     info_j[h & 1] = end ? 0 : slot_j[s];
                 }
                 if (!end) {
-                    rg_item_dots(ring + (size_t)s * RG_SLOT, rg_rows(m), m.n_in, xq, dx, terms[h & 1],
-                                 scs[h & 1]);
+                    if (MODE != 15)   /* 15, diagnostic: no block dots */
+                        rg_item_dots(ring + (size_t)s * RG_SLOT, rg_rows(m), m.n_in, xq, dx,
+                                     terms[h & 1], scs[h & 1]);
                     __syncwarp();
                     if (lane == 0)
                         rg_mb_arrive(&empty[s]);
@@ -728,7 +732,8 @@ int main(void)
     if (!rg_prepare<6, 0>() || !rg_prepare<6, 1>() || !rg_prepare<3, 0>() || !rg_prepare<6, 2>() ||
         !rg_prepare<6, 3>() || !rg_prepare<6, 4>() || !rg_prepare<6, 5>() || !rg_prepare<6, 6>() ||
         !rg_prepare<6, 7>() || !rg_prepare<6, 8>() || !rg_prepare<6, 9>() || !rg_prepare<6, 10>() ||
-        !rg_prepare<5, 10>() || !rg_prepare<5, 11>() || !rg_prepare<6, 12>() || !rg_prepare<5, 13>()) {
+        !rg_prepare<5, 10>() || !rg_prepare<5, 11>() || !rg_prepare<6, 12>() || !rg_prepare<5, 13>() ||
+        !rg_prepare<5, 14>() || !rg_prepare<5, 15>()) {
         fprintf(stderr, "cannot allow %d bytes of shared memory\n", 6 * RG_SLOT);
         return 1;
     }
@@ -737,7 +742,7 @@ int main(void)
         void (*k)(const struct pt_args *, const struct rg_ll *, unsigned);
         int slots;
         int threads;
-    } rings[16] = {{"ring6", k_ring<6, 0>, 6, RG_THREADS},
+    } rings[18] = {{"ring6", k_ring<6, 0>, 6, RG_THREADS},
                   {"ring3", k_ring<3, 0>, 3, RG_THREADS},
                   {"ring6_no_lookahead", k_ring<6, 1>, 6, RG_THREADS},
                   {"diag_ring6_items_only", k_ring<6, 2>, 6, RG_THREADS},
@@ -752,7 +757,9 @@ int main(void)
                   {"ring5+producerq+fastrows", k_ring<5, 10>, 5, RG_THREADS},
                   {"ring5+producerq+fastrows+llflags", k_ring<5, 11>, 5, RG_THREADS},
                   {"ring6+producerq+fastrows+llflags_regs", k_ring<6, 12>, 6, RG_THREADS},
-                  {"ring5+producerq+llflags_regs+contract_order", k_ring<5, 13>, 5, RG_THREADS + 32}};
+                  {"ring5+producerq+llflags_regs+contract_order", k_ring<5, 13>, 5, RG_THREADS + 32},
+                  {"diag_contract_order_no_chains", k_ring<5, 14>, 5, RG_THREADS + 32},
+                  {"diag_contract_order_no_dots", k_ring<5, 15>, 5, RG_THREADS + 32}};
 
     static struct rg_ll ll;
     for (int j = 0; j < 2; j++) {
@@ -789,7 +796,7 @@ int main(void)
     double ref = 0;
     int differ = 0;
     for (int round = 0; round < 2; round++)
-        for (int v = 0; v < 18; v++) {
+        for (int v = 0; v < 20; v++) {
             float best = 1e30f;
             for (int rep = 0; rep < 6; rep++) {
                 CK(cudaMemcpyAsync(a.buf[0], x0, 248320 * 4, cudaMemcpyDeviceToDevice, s));
@@ -816,7 +823,7 @@ int main(void)
                     best = ms;
             }
             double sum = checksum(a.buf[out], n_last);
-            bool diag = v == 5 || v == 6, contract = v == 17;
+            bool diag = v == 5 || v == 6 || v >= 18, contract = v == 17;
             if (v == 0)
                 ref = sum;
             double want = contract ? ref_contract : ref;
