@@ -27,6 +27,8 @@ struct pt_mat {
     const int8_t *w;        /* [n_out][n_in] */
     const __half *d;        /* [n_out][n_in / 32] */
     int n_out, n_in;
+    const int8_t *wp;       /* bench_ring: w repacked per item (NULL: not made) */
+    const __half *dp;       /* bench_ring: d repacked per item */
 };
 
 struct pt_args {

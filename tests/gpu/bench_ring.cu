@@ -319,19 +319,50 @@ static __device__ void rg_ll_load_regs(const struct rg_ll *ll, int buf, int n_in
 #define RG_PAD(k) ((k) + ((k) >> 5))
 #define RG_TERMS (1024 + 32)
 
+/* The contract-order modes read an item in a packed layout (k_repack_w /
+ * k_repack_d, made once at start, as the product repacks at load): the
+ * quants in groups of 32 block dots, [group][half][dot][16 bytes], dot l of
+ * a group being row l % R of block group (32 / R) + l / R, so each 16-byte
+ * load of a warp reads 512 contiguous bytes; the scales [block][row]. */
+static __global__ void k_repack_w(const int8_t *w, int8_t *wp, int n_out, int n_in, int R)
+{
+    size_t n16 = (size_t)n_out * n_in / 16, per_item = (size_t)R * n_in / 16;
+    for (size_t o = (size_t)blockIdx.x * blockDim.x + threadIdx.x; o < n16;
+         o += (size_t)gridDim.x * blockDim.x) {
+        size_t j = o / per_item;
+        int q = (int)(o % per_item), g = q / 64, h = (q % 64) / 32, l = q % 32;
+        int r = l % R, b = g * (32 / R) + l / R;
+        ((int4 *)wp)[o] = *(const int4 *)(w + (j * R + r) * n_in + b * 32 + h * 16);
+    }
+}
+
+static __global__ void k_repack_d(const __half *d, __half *dp, int n_out, int nb, int R)
+{
+    size_t n = (size_t)n_out * nb, per_item = (size_t)R * nb;
+    for (size_t o = (size_t)blockIdx.x * blockDim.x + threadIdx.x; o < n;
+         o += (size_t)gridDim.x * blockDim.x) {
+        size_t j = o / per_item;
+        int q = (int)(o % per_item), b = q / R, r = q % R;
+        dp[o] = d[(j * R + r) * nb + b];
+    }
+}
+
 static __device__ __forceinline__ void rg_item_dots(const unsigned char *slot, int R, int n_in,
                                                     const int8_t *xq, const float *dx, float *terms,
                                                     float *sc)
 {
-    /* a block a thread (two lanes a block over consecutive 16 bytes, free of
-     * bank conflicts, measured slower: 59.8% against 71.7%, ea8c014) */
-    int nb = n_in / 32, b = threadIdx.x % nb;
+    /* dot g = threadIdx + 256 k: group g / 32 (warp w takes groups w, w + 8,
+     * ...), lane l = g % 32; row and block from the packed layout above */
+    int nb = n_in / 32, lane = threadIdx.x & 31;
+    int r = R == 8 ? lane & 7 : lane & 1, bl = R == 8 ? lane >> 3 : lane >> 1;
+    const int4 *wq = (const int4 *)slot;
     const __half *d = (const __half *)(slot + RG_SLOT_Q);
-#pragma unroll 2
-    for (int idx = threadIdx.x; idx < R * nb; idx += PT_THREADS) {
-        const int4 *w = (const int4 *)(slot + (size_t)idx * 32);
+#pragma unroll 4
+    for (int g = threadIdx.x >> 5; g < R * nb / 32; g += PT_WARPS) {
+        int b = g * (32 / R) + bl, idx = r * nb + b;
+        int4 w0 = wq[g * 64 + lane], w1 = wq[g * 64 + 32 + lane];
         const int4 *x = (const int4 *)(xq + b * 32);
-        int4 w0 = w[0], w1 = w[1], x0 = x[0], x1 = x[1];
+        int4 x0 = x[0], x1 = x[1];
         int v = __dp4a(w0.x, x0.x, 0);
         v = __dp4a(w0.y, x0.y, v);
         v = __dp4a(w0.z, x0.z, v);
@@ -340,9 +371,7 @@ static __device__ __forceinline__ void rg_item_dots(const unsigned char *slot, i
         v = __dp4a(w1.y, x1.y, v);
         v = __dp4a(w1.z, x1.z, v);
         terms[RG_PAD(idx)] = (float)__dp4a(w1.w, x1.w, v);   /* exact: |v| < 2^22 */
-        sc[RG_PAD(idx)] = __fmul_rn(__half2float(d[idx]), dx[b]);
-        for (b += PT_THREADS; b >= nb;)   /* idx % nb without a division */
-            b -= nb;
+        sc[RG_PAD(idx)] = __fmul_rn(__half2float(d[b * R + r]), dx[b]);
     }
 }
 
@@ -528,7 +557,7 @@ static __global__ void __launch_bounds__(RG_THREADS + 32, 1)
                 unsigned qb = (unsigned)(R * m.n_in), db = (unsigned)(R * (m.n_in / 32) * 2);
                 rg_mb_expect(&full[s], qb + db);
                 rg_bulk(slot, m.w + (size_t)j * R * m.n_in, qb, &full[s]);
-                rg_bulk(slot + RG_SLOT_Q, m.d + (size_t)j * R * (m.n_in / 32), db, &full[s]);
+                rg_bulk(slot + RG_SLOT_Q, m.d + (size_t)j * R * (m.n_in / 32), db, &full[s]);   /* not CO */
                 if (pre.i < a->n_mats) {
                     const struct pt_mat &pm = a->m[pre.i];
                     int pR = rg_rows(pm), pj = ((int)blockIdx.x + pre.c * G) * (32 / pR) + pre.t;
@@ -558,8 +587,9 @@ static __global__ void __launch_bounds__(RG_THREADS + 32, 1)
                     slot_j[s] = j;
                     unsigned char *slot = ring + (size_t)s * RG_SLOT;
                     rg_mb_expect(&full[s], qb + db);
-                    rg_bulk(slot, m.w + (size_t)j * R * m.n_in, qb, &full[s]);
-                    rg_bulk(slot + RG_SLOT_Q, m.d + (size_t)j * R * (m.n_in / 32), db, &full[s]);
+                    rg_bulk(slot, (CO ? m.wp : m.w) + (size_t)j * R * m.n_in, qb, &full[s]);
+                    rg_bulk(slot + RG_SLOT_Q, (CO ? m.dp : m.d) + (size_t)j * R * (m.n_in / 32), db,
+                            &full[s]);
                 }
             }
         }
@@ -716,6 +746,20 @@ int main(void)
     printf("probe: read %.1f GB/s, %d SMs\n", p.read_gbps, p.sm_count);
     static struct pt_args a;
     double bytes = chain_build(a);
+    for (int i = 0; i < a.n_mats; i++) {   /* the contract-order modes' packed copies */
+        struct pt_mat *m = &a.m[i];
+        int R = m->n_in > PT_CH ? 2 : 8;
+        int8_t *wp;
+        __half *dp;
+        CK(cudaMalloc(&wp, (size_t)m->n_out * m->n_in));
+        CK(cudaMalloc(&dp, (size_t)m->n_out * m->n_in / 32 * 2));
+        k_repack_w<<<1024, 256>>>(m->w, wp, m->n_out, m->n_in, R);
+        k_repack_d<<<1024, 256>>>(m->d, dp, m->n_out, m->n_in / 32, R);
+        m->wp = wp;
+        m->dp = dp;
+    }
+    CK(cudaDeviceSynchronize());
+    CK(cudaGetLastError());
     struct pt_args *a_dev;
     CK(cudaMalloc(&a_dev, sizeof a));
     CK(cudaMemcpy(a_dev, &a, sizeof a, cudaMemcpyHostToDevice));
