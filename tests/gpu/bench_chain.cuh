@@ -60,6 +60,20 @@ struct pt_qout {
         }                                                                            \
     } while (0)
 
+/* The exact int dot of two 32-value int8 blocks (w0 w1 and x0 x1: 16 bytes
+ * each), accumulated from 0 in the order of kernels/cuda/matmul_int.cuh. */
+static __device__ __forceinline__ int chain_dot32(int4 w0, int4 w1, int4 x0, int4 x1)
+{
+    int v = __dp4a(w0.x, x0.x, 0);
+    v = __dp4a(w0.y, x0.y, v);
+    v = __dp4a(w0.z, x0.z, v);
+    v = __dp4a(w0.w, x0.w, v);
+    v = __dp4a(w1.x, x1.x, v);
+    v = __dp4a(w1.y, x1.y, v);
+    v = __dp4a(w1.z, x1.z, v);
+    return __dp4a(w1.w, x1.w, v);
+}
+
 /* A warp's weights for one row pair and one chunk, as loaded. */
 struct pt_regs {
     int4 w[2][8];
