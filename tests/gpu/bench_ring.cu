@@ -11,7 +11,7 @@
  * requested before its input exists, but registers hold only ~128 KB an
  * SM, and L2 prefetches slow the tail the dependency waits for. Here one
  * producer lane per block requests the block's items of every matrix in
- * order, as far ahead as the ring has free slots (up to RG_SLOTS x 34 KB an
+ * order, as far ahead as the ring has free slots (up to SLOTS x 34 KB an
  * SM, ~27 MB over the GPU: ~6 us of the read bandwidth), ignoring the
  * matrix boundaries; eight consumer warps wait for the grid barrier and
  * quantize the input once per matrix as before, then compute the items from
@@ -24,7 +24,12 @@
  * launch-per-matrix reference bit for bit: the checksum is compared.
  * Prints BENCH lines as bench_persistent.cu does, with the reference (one
  * launch per matrix, and the same as a CUDA graph) measured in the same
- * run. */
+ * run. The variants (k_ring's MODE) add, in turn: whole 32-row groups per
+ * block quantized by their producer, LL entries instead of the barrier
+ * (bench_ring_sync.cuh), and a consumer in the product's summation order
+ * over a packed item layout (bench_ring_contract.cuh), whose bits are
+ * compared with a reference chain in that order. Figures: docs/PERF.md,
+ * "Thirteenth session"; the plan they lead to: docs/DECODE_RING.md. */
 #include "bench_chain.cuh"
 #include "bench_ring_contract.cuh"
 #include "bench_ring_sync.cuh"
@@ -203,7 +208,7 @@ static __global__ void __launch_bounds__(RG_THREADS + 32, 1)
                 unsigned qb = (unsigned)(R * m.n_in), db = (unsigned)(R * (m.n_in / 32) * 2);
                 rg_mb_expect(&full[s], qb + db);
                 rg_bulk(slot, m.w + (size_t)j * R * m.n_in, qb, &full[s]);
-                rg_bulk(slot + RG_SLOT_Q, m.d + (size_t)j * R * (m.n_in / 32), db, &full[s]);   /* not CO */
+                rg_bulk(slot + RG_SLOT_Q, m.d + (size_t)j * R * (m.n_in / 32), db, &full[s]);
                 if (pre.i < a->n_mats) {
                     const struct pt_mat &pm = a->m[pre.i];
                     int pR = rg_rows(pm), pj = ((int)blockIdx.x + pre.c * G) * (32 / pR) + pre.t;
