@@ -217,6 +217,15 @@ struct cs_backend {
                               const float *y, const float *norm_w, float *normed, int n_tokens,
                               int dim, float eps);
     /* Optional (NULL, or CS_EUNSUPPORTED with nothing run: the model runs
+     * matmul_add_rmsnorm on gate and up, then matmul_swiglu): the whole FFN
+     * of one decode token, x_out = x + y, n = rmsnorm(x_out) * norm_w, out =
+     * W_down (silu(W_gate n) * (W_up n)). out may equal y; x_out must not
+     * overlap x or y. Bitwise equal to those ops (CUDA: one kernel, sm_90+). */
+    int (*ffn_add_rmsnorm)(struct cs_backend *be, float *out, const struct cs_weight *gate,
+                           const struct cs_weight *up, const struct cs_weight *down,
+                           float *x_out, const float *x, const float *y, const float *norm_w,
+                           int n_tokens, int dim, float eps);
+    /* Optional (NULL, or CS_EUNSUPPORTED with nothing run: the model runs
      * matmul_add_rmsnorm, then conv1d_silu on ys[0]): matmul_add_rmsnorm
      * whose first projection goes through GDN's conv1d_silu (conv_w, the
      * conv state of st, batch b) on its way out, so ys[0] receives the conv

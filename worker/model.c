@@ -206,6 +206,15 @@ static int layer_forward(struct cs_model *m, struct cs_state *st, int l, const s
     if (rc || (rc = hp->recurrent[l] ? mixer_gdn(m, st, l, b, conv_done)
                                      : mixer_attention(m, st, l, b)))
         return rc;
+    if (be->ffn_add_rmsnorm) {   /* the whole FFN in one op where the backend can */
+        rc = be->ffn_add_rmsnorm(be, st->tmp, &w->ffn_gate, &w->ffn_up, &w->ffn_down,
+                                 st->hidden_alt, st->hidden, st->tmp, w->post_norm, T, E, hp->eps);
+        if (rc != CS_EUNSUPPORTED) {
+            if (rc == CS_OK)
+                swap_residual(st);
+            return rc;
+        }
+    }
     float *yf[2] = {st->ffn_gate, st->ffn_up};
     const struct cs_weight *wf[2] = {&w->ffn_gate, &w->ffn_up};
     const struct cs_weight *wd[1] = {&w->ffn_down};

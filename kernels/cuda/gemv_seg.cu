@@ -31,20 +31,16 @@
 #include "matmul_int.cuh"
 #include "ops_cuda.cuh"
 #include "rms_row.cuh"
+#include "seg_addnorm.cuh"
 
 #define SEG CS_DOT_SEG_BLOCKS
 #define SEG_WARPS 8
 #define SEG_BPW (SEG / SEG_WARPS)   /* 32-value blocks per warp: 4 */
+static_assert(SEG_WARPS == SEG_AN_WARPS, "seg_addnorm.cuh plays 4 norm warps per loader warp");
 #define SEG_THREADS (SEG_WARPS * 32 + 32)   /* loader warps and the tail warp */
 #define SEG_BLOCKS_PER_SM 3          /* the __launch_bounds__ below (4 spilled at 56 registers) */
 #define SEG_MAX_NT 4                 /* tokens per launch (shared memory) */
 #define SEG_MAX_UNITS 8192           /* row groups per launch (tickets in the workspace) */
-/* Virtual warps of the add_rmsnorm prologue's sums unrolled together (-D to
- * time variants): at 4 the compiler issues their loads together. */
-#ifndef SEG_AN_UNROLL
-#define SEG_AN_UNROLL 1
-#endif
-static constexpr int seg_an_unroll = SEG_AN_UNROLL;   /* #pragma unroll expands no macro */
 #define SEG_CL_FLOATS 2048           /* partials a block of a cluster launch receives (8 KB) */
 #ifndef SEG_CL_MAX
 #define SEG_CL_MAX 8                 /* segments a cluster launch may have: the portable cluster
@@ -161,67 +157,6 @@ static __device__ __forceinline__ void seg_prologue(const struct cuda_mm_pro &pr
         else if (pro.kind == CUDA_MM_PRO_SIGMOID_GATE)
             e = v[u] * sigmoid_f(a[u]);         /* k_sigmoid_gate */
         int q = cuda_q8_1_quantize_lane(e, &d);
-        xs[k * 32 + lane] = (int8_t)q;
-        if (lane == 0)
-            xds[k] = d;
-    }
-}
-
-/* The add_rmsnorm prologue (CUDA_MM_PRO_ADD_RMSNORM), first half: every
- * block needs the whole row's sum of squares, formed as k_add_rmsnorm's 1024
- * threads form it (rms_row.cuh). Loader warp w plays k_add_rmsnorm's warps
- * 4w..4w+3 in turn (virtual thread 32 vw + lane holds v[e] = x + aux at
- * vt + 1024 e), each reduced by warp_sum as block_sum's first level; lane 0
- * leaves the warp's sum in ssw[vw]. One virtual warp at a time: its 16 loads
- * fly together while the first group's weights stay in registers. */
-static __device__ __forceinline__ void seg_addnorm_sums(const struct cuda_mm_pro &pro,
-                                                        const float *x, int n_in, int warp,
-                                                        int lane, float *ssw)
-{
-    static_assert(SEG_WARPS * 4 * 32 == NORM_THREADS, "4 virtual warps per loader warp");
-#pragma unroll seg_an_unroll
-    for (int j = 0; j < 4; j++) {
-        int vw = warp * 4 + j, vt = vw * 32 + lane;
-        float v[NORM_NPT];
-#pragma unroll
-        for (int e = 0; e < NORM_NPT; e++) {
-            int i = vt + e * NORM_THREADS;
-            v[e] = i < n_in ? rms_add(__ldg(x + i), __ldg(pro.aux + i)) : 0.0f;
-        }
-        float ss = warp_sum(rms_sumsq(v));
-        if (lane == 0)
-            ssw[vw] = ss;
-    }
-}
-
-/* Second half, after a barrier: block_sum's second level over ssw (every
- * warp the same total), the scale, then this warp's 4 blocks of the segment
- * of rmsnorm(x + aux) * norm_w quantized as seg_prologue does. The blocks of
- * the first row group (one per segment: write_sum) also store x + aux. */
-static __device__ __forceinline__ void seg_addnorm_prologue(const struct cuda_mm_pro &pro,
-                                                            const float *x, int n_in, int b0,
-                                                            int cn, int warp, int lane,
-                                                            bool write_sum, const float *ssw,
-                                                            int8_t *xs, float *xds)
-{
-    float v[4], w[4];
-#pragma unroll
-    for (int u = 0; u < 4; u++) {
-        int k = warp * 4 + u, i = (b0 + k) * 32 + lane;
-        bool in = k < cn;
-        v[u] = in ? rms_add(__ldg(x + i), __ldg(pro.aux + i)) : 0.0f;
-        w[u] = in ? __ldg(pro.norm_w + i) : 0.0f;
-    }
-    float scale = rms_scale(warp_sum(ssw[lane]), n_in, pro.eps);
-#pragma unroll
-    for (int u = 0; u < 4; u++) {
-        int k = warp * 4 + u, i = (b0 + k) * 32 + lane;
-        if (k >= cn)
-            break;
-        if (write_sum)
-            pro.x_out[i] = v[u];
-        float d;
-        int q = cuda_q8_1_quantize_lane(rms_apply(v[u], scale, w[u]), &d);
         xs[k * 32 + lane] = (int8_t)q;
         if (lane == 0)
             xds[k] = d;

@@ -551,6 +551,7 @@ static void cu_destroy(struct cs_backend *be)
         cudaFree(c->mm_scratch);
         cudaFree(c->gdnc_scratch);
         cudaFree(c->apf_part);
+        cudaFree(c->ffn_buf);
         cuda_matmul_release_stream(c->stream);
         cudaFree(c->d_sample);
         cudaFreeHost(c->h_sample);
@@ -596,6 +597,7 @@ static void table_fill(struct cs_backend *be)
 #endif
     if (CS_FUSE_CONV)
         be->matmul_add_rmsnorm_conv1d = cuda_op_matmul_add_rmsnorm_conv1d;
+    be->ffn_add_rmsnorm = cuda_op_ffn_add_rmsnorm;   /* -DCS_FFN_RING=0: always CS_EUNSUPPORTED */
     be->head_norm_rope = cuda_op_head_norm_rope;
     be->kv_store = cuda_op_kv_store;
     be->qk_norm_rope_store = cuda_op_qk_norm_rope_store;

@@ -99,6 +99,10 @@ struct cuda_ctx {
      * this device; dec_pipe_off: the register kernel always (tests) */
     signed char dec_pipe[4];
     bool dec_pipe_off;
+    /* ffn_ring.cu: the fused FFN's exchange buffer (zeroed when it grows;
+     * it carries an epoch from call to call) */
+    void *ffn_buf;
+    size_t ffn_buf_cap;
     /* sampling buffers (grow as needed) */
     void *d_sample, *h_sample;
     size_t sample_cap;
@@ -183,6 +187,10 @@ int cuda_op_matmul_add_rmsnorm(struct cs_backend *be, int n, float *const *ys,
                                const struct cs_weight *const *ws, float *x_out, const float *x,
                                const float *y, const float *norm_w, float *normed, int n_tokens,
                                int dim, float eps);
+int cuda_op_ffn_add_rmsnorm(struct cs_backend *be, float *out, const struct cs_weight *gate,
+                            const struct cs_weight *up, const struct cs_weight *down, float *x_out,
+                            const float *x, const float *y, const float *norm_w, int n_tokens,
+                            int dim, float eps);
 int cuda_op_matmul_add_rmsnorm_conv1d(struct cs_backend *be, int n, float *const *ys,
                                       const struct cs_weight *const *ws, float *x_out,
                                       const float *x, const float *y, const float *norm_w,

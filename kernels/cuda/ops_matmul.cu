@@ -5,6 +5,8 @@
  * The kernels themselves are matmul.h's (matmul.cu, gemv_seg.cu, gemm.cu);
  * ops_cuda.cu puts these in the backend's table. */
 #include "cuda_util.cuh"
+#include "ffn_ring.h"
+#include "launch.h"
 #include "matmul.h"
 #include "ops_cuda.cuh"
 
@@ -159,4 +161,29 @@ int cuda_op_matmul_add_rmsnorm_conv1d(struct cs_backend *be, int n, float *const
     pro.conv_n_slots = st->n_slots;
     pro.conv_dim = st->conv_dim;
     return cuda_matmul_pro_n(n, ys, ws, x, &pro, c->stream);
+}
+
+/* One decode token: the FFN in one kernel (ffn_ring.cu) where it applies;
+ * else CS_EUNSUPPORTED, nothing launched (the model runs the two fused
+ * matmuls). The exchange buffer grows only outside a graph recording. */
+int cuda_op_ffn_add_rmsnorm(struct cs_backend *be, float *out, const struct cs_weight *gate,
+                            const struct cs_weight *up, const struct cs_weight *down, float *x_out,
+                            const float *x, const float *y, const float *norm_w, int n_tokens,
+                            int dim, float eps)
+{
+    struct cuda_ctx *c = cuda_ctx_of(be);
+    if (n_tokens != 1 || !gate)
+        return CS_EUNSUPPORTED;
+    size_t need = cuda_ffn_ring_buffer_bytes(gate->n_out);
+    if (c->ffn_buf_cap < need || !c->ffn_buf) {
+        int rc = cuda_buffer_reserve(&c->ffn_buf, &c->ffn_buf_cap, need);
+        if (rc == CS_EAGAIN)
+            return CS_EUNSUPPORTED;
+        if (rc != CS_OK)
+            return rc;
+        CS_CUDA_CHECK(cudaMemsetAsync(c->ffn_buf, 0, c->ffn_buf_cap, c->stream));
+        cuda_pdl_barrier();   /* the launch after the memset is plain */
+    }
+    return cuda_ffn_ring(out, gate, up, down, x_out, x, y, norm_w, dim, eps, c->ffn_buf,
+                         c->ffn_buf_cap, c->stream);
 }

@@ -1,0 +1,531 @@
+/* ffn_ring.cu - the FFN of one decode token in one persistent kernel (sm_90):
+ * x_out = x + y, n = rmsnorm(x_out) * norm_w, out = W_down (silu(W_gate n)
+ * * (W_up n)). Bitwise the two launches it replaces (the gate/up GEMV with
+ * the add_rmsnorm prologue, the down GEMV with the SwiGLU prologue): the
+ * same prologue code (seg_addnorm.cuh), the same block dots and the same
+ * per-segment chains in kernels/numerics.h's order, the same Q8_1 rule.
+ *
+ * Why (docs/DECODE_RING.md, docs/PERF.md thirteenth session): each decode
+ * matrix call costs 8-11 us beyond its bytes at its launch boundary and in
+ * its prologue. Here the down matrix's weights stream while gate/up finish,
+ * and down's input needs no prologue: the block that computes a gate/up row
+ * group quantizes silu(gate) * up for its 32 rows (one Q8_1 block) itself and
+ * publishes it as "LL" entries (4 bytes of data and a 4-byte epoch in one
+ * 8-byte store, so no fence or barrier: NCCL's low-latency protocol).
+ *
+ * One block per SM (its shared memory allows no second), 10 warps:
+ * - warp 9, lane 0, the producer: issues the block's items in order, across
+ *   the gate/up -> down boundary, as cp.async.bulk copies into a ring of
+ *   FR_SLOTS slots, each completing its "full" mbarrier; it waits only for
+ *   free slots ("empty", one arrival per dot warp). An item is one row group
+ *   (32 rows) x one segment (CS_DOT_SEG_BLOCKS blocks) of one matrix: 32 KB
+ *   of quants and 2 KB of scales, contiguous in the repacked layout.
+ * - block i takes the gate/up row groups i, i + grid, ... (for each: gate's
+ *   segments, then up's) and then the down row groups i, i + grid, ...;
+ * - warps 0-7, the dot warps: 4 of the item's 32 blocks each, lane = row,
+ *   the exact DP4A block dot and the scale product into shared memory;
+ * - warp 8, the chain warp, one item behind (named barrier, double-buffered
+ *   terms, as gemv_seg.cu's tail warp): p = fma(s, isum, p) per segment,
+ *   the segments added in order; then it publishes the group (gate/up) or
+ *   writes the rows (down).
+ * Before their first down item the dot warps load down's whole input from
+ * the LL entries, waiting until every entry carries this launch's epoch.
+ *
+ * The epoch lives in the exchange buffer: every block reads it after the
+ * PDL wait, publishes with epoch + 1, and the last block to finish stores
+ * epoch + 1 (so graph replays need no new parameters). Every block waits
+ * for all gate/up groups, so all blocks must be resident at once: the grid
+ * is at most one block per SM and every block has gate/up work (a block
+ * that waited 2 s traps rather than hang). The next kernel's PDL trigger
+ * comes only after a block's wait, so it cannot take an SM a waited-for
+ * block still needs. */
+#include <cuda_fp16.h>
+#include <string.h>
+
+#include "../../common/gguf.h"
+#include "../../common/log.h"
+#include "../numerics.h"
+#include "cuda_util.cuh"
+#include "ffn_ring.h"
+#include "launch.cuh"
+#include "matmul_int.cuh"
+#include "seg_addnorm.cuh"
+
+#ifndef CS_FFN_RING
+#define CS_FFN_RING 1   /* -DCS_FFN_RING=0: never (A/B timing against the two launches) */
+#endif
+
+#define FR_SEG CS_DOT_SEG_BLOCKS             /* blocks of an item */
+#define FR_DOT_WARPS SEG_AN_WARPS            /* 8: also the prologue's warps */
+#define FR_BPW (FR_SEG / FR_DOT_WARPS)       /* blocks per dot warp: 4 */
+#define FR_CHAIN_WARP FR_DOT_WARPS
+#define FR_PROD_WARP (FR_DOT_WARPS + 1)
+#define FR_THREADS ((FR_DOT_WARPS + 2) * 32)
+#define FR_DOT_THREADS (FR_DOT_WARPS * 32)
+#ifndef FR_SLOTS
+#define FR_SLOTS 5
+#endif
+#define FR_SLOT_Q (FR_SEG * 1024)            /* 32 blocks x 32 rows x 32 int8 */
+#define FR_SLOT_D (FR_SEG * 64)              /* 32 blocks x 32 rows x fp16 */
+#define FR_SLOT_BYTES (FR_SLOT_Q + FR_SLOT_D)
+#define FR_BAR_DOTCHAIN 1                    /* named barriers: dot warps + chain warp */
+#define FR_BAR_DOT 2                         /* dot warps */
+#define FR_BAR_TRIGGER 3                     /* dot warps arrive, the producer warp waits */
+#define FR_SYNC_WORDS 32                     /* [0] epoch, [1] blocks done; 128 bytes */
+#define FR_TIMEOUT_NS 2000000000ull
+
+static_assert(FR_SEG % FR_DOT_WARPS == 0, "a segment's blocks split evenly over the dot warps");
+
+struct fr_args {
+    const uint8_t *gq, *uq, *dq;   /* repacked quants: gate, up, down */
+    const __half *gd, *ud, *dd;    /* their scales */
+    float *out;                    /* [dim] */
+    const float *x;
+    struct cuda_mm_pro pro;        /* ADD_RMSNORM: aux = y, norm_w, eps, x_out */
+    int dim, n_ff;
+    unsigned *sync;                /* FR_SYNC_WORDS words, then the entries */
+    unsigned long long *ll;        /* n_ff / 4 quant entries, then n_ff / 32 scale entries */
+};
+
+/* Item k of this block: matrix, row group, segment and its bytes. */
+struct fr_item {
+    const uint8_t *q;
+    const __half *d;
+    int cn;      /* blocks in the segment (32 but for a short last one) */
+    int down;    /* 0: gate/up, 1: down */
+    int up;      /* gate/up: 0 gate, 1 up */
+    int g, s, last;
+};
+
+static __device__ __forceinline__ void fr_item_at(const struct fr_args &a, int k, int items1,
+                                                  struct fr_item &it)
+{
+    int nb, segs, gi;
+    const uint8_t *q;
+    const __half *d;
+    if (k < items1) {
+        nb = a.dim / 32;
+        segs = (nb + FR_SEG - 1) / FR_SEG;
+        gi = k / (2 * segs);
+        int r = k - gi * 2 * segs;
+        it.up = r / segs;
+        it.s = r - it.up * segs;
+        it.down = 0;
+        q = it.up ? a.uq : a.gq;
+        d = it.up ? a.ud : a.gd;
+    } else {
+        nb = a.n_ff / 32;
+        segs = (nb + FR_SEG - 1) / FR_SEG;
+        gi = (k - items1) / segs;
+        it.s = (k - items1) - gi * segs;
+        it.up = 0;
+        it.down = 1;
+        q = a.dq;
+        d = a.dd;
+    }
+    it.g = blockIdx.x + gi * gridDim.x;
+    it.last = it.s == segs - 1;
+    it.cn = nb - it.s * FR_SEG < FR_SEG ? nb - it.s * FR_SEG : FR_SEG;
+    size_t b0 = (size_t)it.g * nb + (size_t)it.s * FR_SEG;
+    it.q = q + b0 * 1024;
+    it.d = d + b0 * 32;
+}
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+static __device__ __forceinline__ unsigned fr_smem_addr(const void *p)
+{
+    return (unsigned)__cvta_generic_to_shared(p);
+}
+
+static __device__ __forceinline__ void fr_mb_init(unsigned long long *b, unsigned count)
+{
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(fr_smem_addr(b)), "r"(count)
+                 : "memory");
+}
+
+static __device__ __forceinline__ void fr_mb_arrive(unsigned long long *b)
+{
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(fr_smem_addr(b)) : "memory");
+}
+
+static __device__ __forceinline__ void fr_mb_wait(unsigned long long *b, unsigned parity)
+{
+    unsigned ok;
+    do {
+        asm volatile("{\n\t.reg .pred p;\n\t"
+                     "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
+                     "selp.u32 %0, 1, 0, p;\n\t}"
+                     : "=r"(ok)
+                     : "r"(fr_smem_addr(b)), "r"(parity)
+                     : "memory");
+    } while (!ok);
+}
+
+/* The item's quants and scales into slot, completing full's transaction. */
+static __device__ __forceinline__ void fr_fetch(unsigned char *slot, const struct fr_item &it,
+                                                unsigned long long *full)
+{
+    unsigned qb = (unsigned)it.cn * 1024, db = (unsigned)it.cn * 64;
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(
+                     fr_smem_addr(full)),
+                 "r"(qb + db)
+                 : "memory");
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], "
+                 "%2, [%3];" ::"r"(fr_smem_addr(slot)),
+                 "l"(it.q), "r"(qb), "r"(fr_smem_addr(full))
+                 : "memory");
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], "
+                 "%2, [%3];" ::"r"(fr_smem_addr(slot + FR_SLOT_Q)),
+                 "l"(it.d), "r"(db), "r"(fr_smem_addr(full))
+                 : "memory");
+}
+
+static __device__ __forceinline__ void fr_bar_sync(int id, int count)
+{
+    asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(count) : "memory");
+}
+
+static __device__ __forceinline__ void fr_bar_arrive(int id, int count)
+{
+    asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(count) : "memory");
+}
+
+/* AND of ok over the dot warps. */
+static __device__ __forceinline__ bool fr_dots_all(bool ok)
+{
+    unsigned r;
+    asm volatile("{\n\t.reg .pred p, q;\n\tsetp.ne.u32 q, %1, 0;\n\t"
+                 "bar.red.and.pred p, %2, %3, q;\n\tselp.u32 %0, 1, 0, p;\n\t}"
+                 : "=r"(r)
+                 : "r"((unsigned)ok), "n"(FR_BAR_DOT), "n"(FR_DOT_THREADS)
+                 : "memory");
+    return r != 0;
+}
+
+static __device__ __forceinline__ unsigned long long fr_now(void)
+{
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
+static __device__ __forceinline__ void fr_ll_store(unsigned long long *p, unsigned v, unsigned ep)
+{
+    unsigned long long e = ((unsigned long long)ep << 32) | v;
+    asm volatile("st.volatile.global.u64 [%0], %1;" ::"l"(p), "l"(e) : "memory");
+}
+
+static __device__ __forceinline__ unsigned long long fr_ll_load(const unsigned long long *p)
+{
+    unsigned long long v;
+    asm volatile("ld.volatile.global.u64 %0, [%1];" : "=l"(v) : "l"(p));
+    return v;
+}
+
+/* The chain warp's row group g of down's input (lane = value): its Q8_1
+ * block, 4 int8 an entry, and the scale. */
+static __device__ __forceinline__ void fr_publish(const struct fr_args &a, int g, int lane, int q,
+                                                  float d, unsigned ep)
+{
+    unsigned b = (unsigned)q & 0xffu;
+    unsigned b1 = __shfl_down_sync(CS_FULL_MASK, b, 1), b2 = __shfl_down_sync(CS_FULL_MASK, b, 2),
+             b3 = __shfl_down_sync(CS_FULL_MASK, b, 3);
+    if ((lane & 3) == 0)
+        fr_ll_store(a.ll + (size_t)g * 8 + lane / 4, b | b1 << 8 | b2 << 16 | b3 << 24, ep);
+    if (lane == 0)
+        fr_ll_store(a.ll + a.n_ff / 4 + g, __float_as_uint(d), ep);
+}
+
+/* Down's whole input from the LL entries of epoch ep into xs / xd (the dot
+ * warps; 8 loads in flight a thread). Entries of an older epoch are loaded
+ * again after a short sleep. */
+static __device__ void fr_ll_wait(const struct fr_args &a, unsigned ep, int8_t *xs, float *xd)
+{
+    const int nq = a.n_ff / 4, n = nq + a.n_ff / 32;
+    unsigned long long t0 = fr_now();
+    for (;;) {
+        bool ok = true;
+        for (int e0 = threadIdx.x; e0 < n; e0 += 8 * FR_DOT_THREADS) {
+            unsigned long long v[8];
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                int e = e0 + j * FR_DOT_THREADS;
+                v[j] = e < n ? fr_ll_load(a.ll + e) : 0;
+            }
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                int e = e0 + j * FR_DOT_THREADS;
+                if (e >= n)
+                    break;
+                if ((unsigned)(v[j] >> 32) != ep) {
+                    ok = false;
+                } else if (e < nq) {
+                    ((unsigned *)xs)[e] = (unsigned)v[j];
+                } else {
+                    xd[e - nq] = __uint_as_float((unsigned)v[j]);
+                }
+            }
+        }
+        if (fr_dots_all(ok))
+            return;
+        if (fr_now() - t0 > FR_TIMEOUT_NS)
+            __trap();   /* a block never ran: an error, not a hang */
+        __nanosleep(200);
+    }
+}
+#endif
+
+/* Dynamic shared memory: the ring, then x's and down's input as Q8_1. */
+static size_t fr_smem_bytes(int dim, int n_ff)
+{
+    return (size_t)FR_SLOTS * FR_SLOT_BYTES + (size_t)dim + (size_t)n_ff +
+           sizeof(float) * (size_t)(dim / 32 + n_ff / 32);
+}
+
+static __global__ void __launch_bounds__(FR_THREADS, 1) k_ffn_ring(struct fr_args a)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    extern __shared__ __align__(128) unsigned char fr_dyn[];
+    __shared__ unsigned long long full[FR_SLOTS], empty[FR_SLOTS];
+    __shared__ float terms[2][FR_SEG][32];   /* block dots, exact as float */
+    __shared__ float scl[2][FR_SEG][32];     /* fp32(d_w) * d_x */
+    __shared__ float ssw[32];
+    unsigned char *slots = fr_dyn;
+    int8_t *xs_e = (int8_t *)(fr_dyn + (size_t)FR_SLOTS * FR_SLOT_BYTES);
+    int8_t *xs_f = xs_e + a.dim;
+    float *xd_e = (float *)(xs_f + a.n_ff);
+    float *xd_f = xd_e + a.dim / 32;
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    int G = gridDim.x, bi = blockIdx.x, nbE = a.dim / 32;
+    int segE = (nbE + FR_SEG - 1) / FR_SEG, segF = (a.n_ff / 32 + FR_SEG - 1) / FR_SEG;
+    int U1 = a.n_ff / 32, U2 = a.dim / 32;
+    int n1 = bi < U1 ? (U1 - bi + G - 1) / G : 0, n2 = bi < U2 ? (U2 - bi + G - 1) / G : 0;
+    int items1 = n1 * 2 * segE, items = items1 + n2 * segF;
+
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < FR_SLOTS; s++) {
+            fr_mb_init(&full[s], 1);
+            fr_mb_init(&empty[s], FR_DOT_WARPS);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+
+    if (warp == FR_PROD_WARP) {
+        /* weights only: they may be read before the PDL wait */
+        if (lane == 0) {
+            for (int k = 0; k < items; k++) {
+                int s = k % FR_SLOTS;
+                if (k >= FR_SLOTS)
+                    fr_mb_wait(&empty[s], (k / FR_SLOTS - 1) & 1);
+                struct fr_item it;
+                fr_item_at(a, k, items1, it);
+                fr_fetch(slots + (size_t)s * FR_SLOT_BYTES, it, &full[s]);
+            }
+        }
+        __syncwarp();
+        cuda_pdl_wait();
+        if (n2 > 0) {   /* the trigger once this block's dot warps saw all of gate/up */
+            fr_bar_sync(FR_BAR_TRIGGER, FR_DOT_THREADS + 32);
+            cuda_pdl_trigger();
+        }
+    } else {
+        cuda_pdl_wait();
+        unsigned ep = *(volatile unsigned *)a.sync + 1u;
+        if (warp < FR_DOT_WARPS) {
+            /* x_out and x's norm quantized, as the gate/up GEMV's prologue */
+            seg_addnorm_sums(a.pro, a.x, a.dim, warp, lane, ssw);
+            fr_bar_sync(FR_BAR_DOT, FR_DOT_THREADS);
+            for (int b0 = 0; b0 < nbE; b0 += FR_SEG)
+                seg_addnorm_prologue(a.pro, a.x, a.dim, b0, nbE - b0 < FR_SEG ? nbE - b0 : FR_SEG,
+                                     warp, lane, bi == 0, ssw, xs_e + b0 * 32, xd_e + b0);
+            fr_bar_sync(FR_BAR_DOT, FR_DOT_THREADS);
+            for (int k = 0; k < items; k++) {
+                struct fr_item it;
+                fr_item_at(a, k, items1, it);
+                if (k == items1) {
+                    fr_ll_wait(a, ep, xs_f, xd_f);
+                    fr_bar_arrive(FR_BAR_TRIGGER, FR_DOT_THREADS + 32);
+                    cuda_pdl_trigger();
+                }
+                const int8_t *xs = it.down ? xs_f : xs_e;
+                const float *xd = it.down ? xd_f : xd_e;
+                int s = k % FR_SLOTS, tb = k & 1;
+                const unsigned char *slot = slots + (size_t)s * FR_SLOT_BYTES;
+                const int4 *sq = (const int4 *)slot;
+                const __half *sd = (const __half *)(slot + FR_SLOT_Q);
+                fr_mb_wait(&full[s], (k / FR_SLOTS) & 1);
+#pragma unroll
+                for (int j = 0; j < FR_BPW; j++) {
+                    int kb = warp * FR_BPW + j;
+                    if (kb < it.cn) {
+                        int4 w0 = sq[kb * 64 + lane], w1 = sq[kb * 64 + 32 + lane];
+                        float dw = __half2float(sd[kb * 32 + lane]);
+                        const int4 *xv = (const int4 *)(xs + (size_t)(it.s * FR_SEG + kb) * 32);
+                        float dx = xd[it.s * FR_SEG + kb];
+                        int isum = dot32(w0, w1, xv[0], xv[1], MM_DOT_BIAS);
+                        terms[tb][kb][lane] = biased_dot_to_float(isum);
+                        scl[tb][kb][lane] = __fmul_rn(dw, dx);
+                    }
+                }
+                __syncwarp();
+                if (lane == 0)
+                    fr_mb_arrive(&empty[s]);   /* the slot is free for the producer */
+                fr_bar_sync(FR_BAR_DOTCHAIN, FR_DOT_THREADS + 32);
+            }
+        } else {   /* the chain warp: lane = row of the item's group */
+            float total = 0.0f, gate = 0.0f;
+            bool fenced = false;
+            for (int k = 0; k < items; k++) {
+                struct fr_item it;
+                fr_item_at(a, k, items1, it);
+                int tb = k & 1;
+                fr_bar_sync(FR_BAR_DOTCHAIN, FR_DOT_THREADS + 32);
+                float p = 0.0f;
+                int kb = 0;
+                for (; kb + 8 <= it.cn; kb += 8) {
+                    float v[8], sc[8];
+#pragma unroll
+                    for (int u = 0; u < 8; u++) {
+                        v[u] = terms[tb][kb + u][lane];
+                        sc[u] = scl[tb][kb + u][lane];
+                    }
+#pragma unroll
+                    for (int u = 0; u < 8; u++)
+                        p = __fmaf_rn(sc[u], v[u], p);
+                }
+                for (; kb < it.cn; kb++)
+                    p = __fmaf_rn(scl[tb][kb][lane], terms[tb][kb][lane], p);
+                if (it.s == 0)
+                    total = 0.0f;
+                total = __fadd_rn(total, p);   /* segments in order, from 0 */
+                if (!it.last)
+                    continue;
+                if (!fenced) {
+                    /* every read of y (the prologue's, which ended before
+                     * the first item) ordered before any write: out may be y */
+                    __threadfence();
+                    fenced = true;
+                }
+                if (!it.down && !it.up) {
+                    gate = total;
+                } else if (!it.down) {
+                    float d;
+                    int q = cuda_q8_1_quantize_lane(__fmul_rn(silu_f(gate), total), &d);
+                    fr_publish(a, it.g, lane, q, d, ep);   /* k_silu_mul's value, quantized */
+                } else {
+                    a.out[(size_t)it.g * 32 + lane] = total;
+                }
+            }
+        }
+    }
+    /* the last block to finish makes this launch's epoch the stored one */
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        __threadfence();
+        unsigned done = atomicAdd(a.sync + 1, 1u);
+        if (done == gridDim.x - 1) {
+            unsigned ep = *(volatile unsigned *)a.sync + 1u;
+            a.sync[1] = 0;
+            *(volatile unsigned *)a.sync = ep;
+            __threadfence();
+        }
+    }
+#else
+    __trap();   /* never launched below sm_90 (cuda_ffn_ring) */
+#endif
+}
+
+extern "C" size_t cuda_ffn_ring_buffer_bytes(int64_t n_ff)
+{
+    return FR_SYNC_WORDS * sizeof(unsigned) +
+           (size_t)(n_ff / 4 + n_ff / 32) * sizeof(unsigned long long);
+}
+
+static bool fr_overlap(const void *a, size_t an, const void *b, size_t bn)
+{
+    const char *x = (const char *)a, *y = (const char *)b;
+    return x < y + bn && y < x + an;
+}
+
+/* Per device: SM count, and whether the kernel is usable (sm_90, its
+ * shared memory granted, one block per SM resident); -1 unknown. */
+#define FR_MAX_DEV 64
+static int g_fr_sms[FR_MAX_DEV], g_fr_state[FR_MAX_DEV];
+static size_t g_fr_smem[FR_MAX_DEV];
+
+static bool fr_ready(int dev, size_t smem, int *sms)
+{
+    if (dev < 0 || dev >= FR_MAX_DEV)
+        return false;
+    if (g_fr_state[dev] != 0 && g_fr_smem[dev] >= smem) {
+        *sms = g_fr_sms[dev];
+        return g_fr_state[dev] > 0;
+    }
+    cudaDeviceProp prop;
+    int blocks = 0;
+    bool ok = cudaGetDeviceProperties(&prop, dev) == cudaSuccess && prop.major >= 9 &&
+              smem <= prop.sharedMemPerBlockOptin &&
+              cudaFuncSetAttribute(k_ffn_ring, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   (int)smem) == cudaSuccess &&
+              cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, k_ffn_ring, FR_THREADS,
+                                                            smem) == cudaSuccess &&
+              blocks >= 1;
+    cudaGetLastError();
+    g_fr_state[dev] = ok ? 1 : -1;
+    g_fr_smem[dev] = smem;
+    g_fr_sms[dev] = ok ? prop.multiProcessorCount : 0;
+    *sms = g_fr_sms[dev];
+    LOG_DEBUG("cuda", "fused FFN kernel %s on device %d (%zu bytes of shared memory)",
+              ok ? "ready" : "unusable", dev, smem);
+    return ok;
+}
+
+extern "C" int cuda_ffn_ring(float *out, const struct cs_weight *gate, const struct cs_weight *up,
+                             const struct cs_weight *down, float *x_out, const float *x,
+                             const float *y, const float *norm_w, int dim, float eps,
+                             void *buffer, size_t buffer_bytes, struct CUstream_st *stream)
+{
+    if (!CS_FFN_RING || !gate || !up || !down || !out || !x_out || !x || !y || !norm_w || !buffer)
+        return CS_EUNSUPPORTED;
+    int64_t ff = gate->n_out;
+    if (gate->type != CS_DTYPE_Q8_0 || up->type != CS_DTYPE_Q8_0 || down->type != CS_DTYPE_Q8_0 ||
+        gate->n_in != dim || up->n_in != dim || up->n_out != ff || down->n_in != ff ||
+        down->n_out != dim || dim % 32 != 0 || ff % 32 != 0 || dim > NORM_THREADS * NORM_NPT ||
+        ff > (1 << 20) || buffer_bytes < cuda_ffn_ring_buffer_bytes(ff))
+        return CS_EUNSUPPORTED;
+    size_t vb = (size_t)dim * sizeof(float);
+    if (fr_overlap(x_out, vb, x, vb) || fr_overlap(x_out, vb, y, vb) || fr_overlap(out, vb, x, vb) ||
+        fr_overlap(out, vb, x_out, vb))
+        return CS_EUNSUPPORTED;
+    int dev = 0, sms = 0;
+    size_t smem = fr_smem_bytes(dim, (int)ff);
+    if (cudaGetDevice(&dev) != cudaSuccess || !fr_ready(dev, smem, &sms))
+        return CS_EUNSUPPORTED;
+    struct fr_args a;
+    memset(&a, 0, sizeof a);
+    a.gq = (const uint8_t *)gate->data;
+    a.uq = (const uint8_t *)up->data;
+    a.dq = (const uint8_t *)down->data;
+    a.gd = (const __half *)gate->aux;
+    a.ud = (const __half *)up->aux;
+    a.dd = (const __half *)down->aux;
+    a.out = out;
+    a.x = x;
+    a.pro.kind = CUDA_MM_PRO_ADD_RMSNORM;
+    a.pro.aux = y;
+    a.pro.norm_w = norm_w;
+    a.pro.eps = eps;
+    a.pro.x_out = x_out;
+    a.dim = dim;
+    a.n_ff = (int)ff;
+    a.sync = (unsigned *)buffer;
+    a.ll = (unsigned long long *)((char *)buffer + FR_SYNC_WORDS * sizeof(unsigned));
+    int grid = sms < (int)(ff / 32) ? sms : (int)(ff / 32);
+    cudaError_t e = cuda_launch(k_ffn_ring, dim3(grid), dim3(FR_THREADS), smem, stream, a);
+    if (e != cudaSuccess) {
+        LOG_ERROR("cuda", "fused FFN launch: %s", cudaGetErrorString(e));
+        return CS_ECUDA;
+    }
+    return CS_OK;
+}

@@ -1,0 +1,37 @@
+/* ffn_ring.h - the whole FFN of one decode token as one kernel (ffn_ring.cu,
+ * sm_90+): x_out = x + y, n = rmsnorm(x_out) * norm_w, out = W_down
+ * (silu(W_gate n) * (W_up n)), bitwise the launches it replaces. Includable
+ * from C. */
+#ifndef CS_CUDA_FFN_RING_H
+#define CS_CUDA_FFN_RING_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../ops.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct CUstream_st;
+
+/* Bytes of the exchange buffer (two sync words, then down's quantized input
+ * as 8-byte entries) for an FFN of n_ff rows. It must be zeroed when
+ * allocated and then kept between calls (it carries an epoch). */
+size_t cuda_ffn_ring_buffer_bytes(int64_t n_ff);
+
+/* Run the FFN on stream, or CS_EUNSUPPORTED with nothing launched where the
+ * kernel does not apply (before sm_90, not Q8_0, shapes not multiples of 32,
+ * dim > 8192, x_out overlapping x or y, built with -DCS_FFN_RING=0): the
+ * caller then runs the separate ops. out may equal y (the model's pending
+ * residual); x_out must not overlap x or y. */
+int cuda_ffn_ring(float *out, const struct cs_weight *gate, const struct cs_weight *up,
+                  const struct cs_weight *down, float *x_out, const float *x, const float *y,
+                  const float *norm_w, int dim, float eps, void *buffer, size_t buffer_bytes,
+                  struct CUstream_st *stream);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

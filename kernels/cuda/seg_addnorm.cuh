@@ -1,0 +1,82 @@
+/* seg_addnorm.cuh - the add_rmsnorm prologue of a one-token GEMV: the
+ * residual add and RMSNorm of the input row computed by every block that
+ * needs it, with k_add_rmsnorm's summation order (rms_row.cuh), then
+ * quantized to Q8_1 into shared memory. Shared by the segmented GEMV
+ * (gemv_seg.cu) and the fused FFN (ffn_ring.cu), so both give the norm's
+ * bits; SEG_AN_WARPS warps do the work (4 of k_add_rmsnorm's warps each). */
+#ifndef CS_CUDA_SEG_ADDNORM_CUH
+#define CS_CUDA_SEG_ADDNORM_CUH
+
+#include "cuda_util.cuh"
+#include "matmul.h"
+#include "rms_row.cuh"
+
+#define SEG_AN_WARPS 8
+/* Virtual warps of the add_rmsnorm prologue's sums unrolled together (-D to
+ * time variants): at 4 the compiler issues their loads together. */
+#ifndef SEG_AN_UNROLL
+#define SEG_AN_UNROLL 1
+#endif
+static constexpr int seg_an_unroll = SEG_AN_UNROLL;   /* #pragma unroll expands no macro */
+/* The add_rmsnorm prologue (CUDA_MM_PRO_ADD_RMSNORM), first half: every
+ * block needs the whole row's sum of squares, formed as k_add_rmsnorm's 1024
+ * threads form it (rms_row.cuh). Loader warp w plays k_add_rmsnorm's warps
+ * 4w..4w+3 in turn (virtual thread 32 vw + lane holds v[e] = x + aux at
+ * vt + 1024 e), each reduced by warp_sum as block_sum's first level; lane 0
+ * leaves the warp's sum in ssw[vw]. One virtual warp at a time: its 16 loads
+ * fly together while the first group's weights stay in registers. */
+static __device__ __forceinline__ void seg_addnorm_sums(const struct cuda_mm_pro &pro,
+                                                        const float *x, int n_in, int warp,
+                                                        int lane, float *ssw)
+{
+    static_assert(SEG_AN_WARPS * 4 * 32 == NORM_THREADS, "4 virtual warps per loader warp");
+#pragma unroll seg_an_unroll
+    for (int j = 0; j < 4; j++) {
+        int vw = warp * 4 + j, vt = vw * 32 + lane;
+        float v[NORM_NPT];
+#pragma unroll
+        for (int e = 0; e < NORM_NPT; e++) {
+            int i = vt + e * NORM_THREADS;
+            v[e] = i < n_in ? rms_add(__ldg(x + i), __ldg(pro.aux + i)) : 0.0f;
+        }
+        float ss = warp_sum(rms_sumsq(v));
+        if (lane == 0)
+            ssw[vw] = ss;
+    }
+}
+
+/* Second half, after a barrier: block_sum's second level over ssw (every
+ * warp the same total), the scale, then this warp's 4 blocks of the segment
+ * of rmsnorm(x + aux) * norm_w quantized as seg_prologue does. The blocks of
+ * the first row group (one per segment: write_sum) also store x + aux. */
+static __device__ __forceinline__ void seg_addnorm_prologue(const struct cuda_mm_pro &pro,
+                                                            const float *x, int n_in, int b0,
+                                                            int cn, int warp, int lane,
+                                                            bool write_sum, const float *ssw,
+                                                            int8_t *xs, float *xds)
+{
+    float v[4], w[4];
+#pragma unroll
+    for (int u = 0; u < 4; u++) {
+        int k = warp * 4 + u, i = (b0 + k) * 32 + lane;
+        bool in = k < cn;
+        v[u] = in ? rms_add(__ldg(x + i), __ldg(pro.aux + i)) : 0.0f;
+        w[u] = in ? __ldg(pro.norm_w + i) : 0.0f;
+    }
+    float scale = rms_scale(warp_sum(ssw[lane]), n_in, pro.eps);
+#pragma unroll
+    for (int u = 0; u < 4; u++) {
+        int k = warp * 4 + u, i = (b0 + k) * 32 + lane;
+        if (k >= cn)
+            break;
+        if (write_sum)
+            pro.x_out[i] = v[u];
+        float d;
+        int q = cuda_q8_1_quantize_lane(rms_apply(v[u], scale, w[u]), &d);
+        xs[k * 32 + lane] = (int8_t)q;
+        if (lane == 0)
+            xds[k] = d;
+    }
+}
+
+#endif
