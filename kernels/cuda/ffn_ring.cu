@@ -336,9 +336,7 @@ static __global__ void __launch_bounds__(FR_THREADS, 1) k_ffn_ring(struct fr_arg
             /* x_out and x's norm quantized, as the gate/up GEMV's prologue */
             seg_addnorm_sums(a.pro, a.x, a.dim, warp, lane, ssw);
             fr_bar_sync(FR_BAR_DOT, FR_DOT_THREADS);
-            for (int b0 = 0; b0 < nbE; b0 += FR_SEG)
-                seg_addnorm_prologue(a.pro, a.x, a.dim, b0, nbE - b0 < FR_SEG ? nbE - b0 : FR_SEG,
-                                     warp, lane, bi == 0, ssw, xs_e + b0 * 32, xd_e + b0);
+            seg_addnorm_row(a.pro, a.x, a.dim, warp, lane, bi == 0, ssw, xs_e, xd_e);
             fr_bar_sync(FR_BAR_DOT, FR_DOT_THREADS);
             for (int k = 0; k < items; k++) {
                 struct fr_item it;
