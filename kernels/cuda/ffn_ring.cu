@@ -29,16 +29,15 @@
  *   the segments added in order; then it publishes the group (gate/up) or
  *   writes the rows (down).
  * Before their first down item the dot warps load down's whole input from
- * the LL entries, waiting until every entry carries this launch's epoch.
+ * the LL entries (FR_SEGWAIT: before each segment, that segment's), waiting
+ * until every entry carries this launch's epoch.
  *
  * The epoch lives in the exchange buffer: every block reads it after the
  * PDL wait, publishes with epoch + 1, and the last block to finish stores
- * epoch + 1 (so graph replays need no new parameters). Every block waits
- * for all gate/up groups, so all blocks must be resident at once: the grid
- * is at most one block per SM and every block has gate/up work (a block
- * that waited 2 s traps rather than hang). The next kernel's PDL trigger
- * comes only after a block's wait, so it cannot take an SM a waited-for
- * block still needs. */
+ * epoch + 1 (so graph replays need no new parameters). Blocks wait for
+ * other blocks' gate/up groups, so all blocks must be resident at once: the
+ * grid is at most one block per SM (a block that waited 2 s traps rather
+ * than hang). */
 #include <cuda_fp16.h>
 #include <string.h>
 
@@ -65,12 +64,22 @@
 #ifndef FR_SLOTS
 #define FR_SLOTS 5
 #endif
+/* Blocks per SM the register budget allows for (-D to time variants): at 3
+ * (64 registers) two segmented-GEMV blocks of the neighbouring launches fit
+ * beside this one; at 1 (80 registers) one. */
+#ifndef FR_MINB
+#define FR_MINB 1
+#endif
+/* 1: down's segment s waits only for its own 32 input blocks (their LL
+ * entries), so a block starts down while others finish gate/up; 0: for all. */
+#ifndef FR_SEGWAIT
+#define FR_SEGWAIT 0
+#endif
 #define FR_SLOT_Q (FR_SEG * 1024)            /* 32 blocks x 32 rows x 32 int8 */
 #define FR_SLOT_D (FR_SEG * 64)              /* 32 blocks x 32 rows x fp16 */
 #define FR_SLOT_BYTES (FR_SLOT_Q + FR_SLOT_D)
 #define FR_BAR_DOTCHAIN 1                    /* named barriers: dot warps + chain warp */
 #define FR_BAR_DOT 2                         /* dot warps */
-#define FR_BAR_TRIGGER 3                     /* dot warps arrive, the producer warp waits */
 #define FR_SYNC_WORDS 32                     /* [0] epoch, [1] blocks done; 128 bytes */
 #define FR_TIMEOUT_NS 2000000000ull
 
@@ -185,11 +194,6 @@ static __device__ __forceinline__ void fr_bar_sync(int id, int count)
     asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(count) : "memory");
 }
 
-static __device__ __forceinline__ void fr_bar_arrive(int id, int count)
-{
-    asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(count) : "memory");
-}
-
 /* AND of ok over the dot warps. */
 static __device__ __forceinline__ bool fr_dots_all(bool ok)
 {
@@ -273,6 +277,42 @@ static __device__ void fr_ll_wait(const struct fr_args &a, unsigned ep, int8_t *
         __nanosleep(200);
     }
 }
+
+/* fr_ll_wait for down's input segment s only (cn blocks: 8 cn quant
+ * entries, cn scale entries; at most 288, two a thread). */
+static __device__ void fr_ll_wait_seg(const struct fr_args &a, unsigned ep, int s, int cn,
+                                      int8_t *xs, float *xd)
+{
+    const int nq = 8 * cn, n = nq + cn, q0 = s * FR_SEG * 8, b0 = s * FR_SEG;
+    unsigned long long t0 = fr_now();
+    for (;;) {
+        unsigned long long v[2];
+#pragma unroll
+        for (int j = 0; j < 2; j++) {
+            int e = threadIdx.x + j * FR_DOT_THREADS;
+            v[j] = e < nq ? fr_ll_load(a.ll + q0 + e)
+                          : (e < n ? fr_ll_load(a.ll + a.n_ff / 4 + b0 + (e - nq)) : 0);
+        }
+        bool ok = true;
+#pragma unroll
+        for (int j = 0; j < 2; j++) {
+            int e = threadIdx.x + j * FR_DOT_THREADS;
+            if (e >= n)
+                break;
+            if ((unsigned)(v[j] >> 32) != ep)
+                ok = false;
+            else if (e < nq)
+                ((unsigned *)xs)[q0 + e] = (unsigned)v[j];
+            else
+                xd[b0 + e - nq] = __uint_as_float((unsigned)v[j]);
+        }
+        if (fr_dots_all(ok))
+            return;
+        if (fr_now() - t0 > FR_TIMEOUT_NS)
+            __trap();
+        __nanosleep(100);
+    }
+}
 #endif
 
 /* Dynamic shared memory: the ring, then x's and down's input as Q8_1. */
@@ -282,7 +322,7 @@ static size_t fr_smem_bytes(int dim, int n_ff)
            sizeof(float) * (size_t)(dim / 32 + n_ff / 32);
 }
 
-static __global__ void __launch_bounds__(FR_THREADS, 1) k_ffn_ring(struct fr_args a)
+static __global__ void __launch_bounds__(FR_THREADS, FR_MINB) k_ffn_ring(struct fr_args a)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     extern __shared__ __align__(128) unsigned char fr_dyn[];
@@ -313,24 +353,23 @@ static __global__ void __launch_bounds__(FR_THREADS, 1) k_ffn_ring(struct fr_arg
 
     if (warp == FR_PROD_WARP) {
         /* weights only: they may be read before the PDL wait */
-        if (lane == 0) {
-            for (int k = 0; k < items; k++) {
-                int s = k % FR_SLOTS;
-                if (k >= FR_SLOTS)
-                    fr_mb_wait(&empty[s], (k / FR_SLOTS - 1) & 1);
-                struct fr_item it;
-                fr_item_at(a, k, items1, it);
-                fr_fetch(slots + (size_t)s * FR_SLOT_BYTES, it, &full[s]);
-            }
-        }
-        __syncwarp();
-        cuda_pdl_wait();
-        if (n2 > 0) {   /* the trigger once this block's dot warps saw all of gate/up */
-            fr_bar_sync(FR_BAR_TRIGGER, FR_DOT_THREADS + 32);
-            cuda_pdl_trigger();
+        for (int k = 0; k < items; k++) {
+            if (k == FR_SLOTS || (k == 0 && items <= FR_SLOTS))
+                cuda_pdl_enter();   /* the ring's first fill is in flight */
+            if (lane != 0)
+                continue;
+            int s = k % FR_SLOTS;
+            if (k >= FR_SLOTS)
+                fr_mb_wait(&empty[s], (k / FR_SLOTS - 1) & 1);
+            struct fr_item it;
+            fr_item_at(a, k, items1, it);
+            fr_fetch(slots + (size_t)s * FR_SLOT_BYTES, it, &full[s]);
         }
     } else {
-        cuda_pdl_wait();
+        /* Triggering early cannot deadlock the waits below: the next kernel
+         * launches only once every block of this grid has triggered, that
+         * is, once every block is resident. */
+        cuda_pdl_enter();
         unsigned ep = *(volatile unsigned *)a.sync + 1u;
         if (warp < FR_DOT_WARPS) {
             /* x_out and x's norm quantized, as the gate/up GEMV's prologue */
@@ -341,10 +380,11 @@ static __global__ void __launch_bounds__(FR_THREADS, 1) k_ffn_ring(struct fr_arg
             for (int k = 0; k < items; k++) {
                 struct fr_item it;
                 fr_item_at(a, k, items1, it);
-                if (k == items1) {
-                    fr_ll_wait(a, ep, xs_f, xd_f);
-                    fr_bar_arrive(FR_BAR_TRIGGER, FR_DOT_THREADS + 32);
-                    cuda_pdl_trigger();
+                if (FR_SEGWAIT ? (it.down && k - items1 < segF) : k == items1) {
+                    if (FR_SEGWAIT)
+                        fr_ll_wait_seg(a, ep, it.s, it.cn, xs_f, xd_f);
+                    else
+                        fr_ll_wait(a, ep, xs_f, xd_f);
                 }
                 const int8_t *xs = it.down ? xs_f : xs_e;
                 const float *xd = it.down ? xd_f : xd_e;

@@ -81,42 +81,44 @@ static __device__ __forceinline__ void seg_addnorm_prologue(const struct cuda_mm
 
 /* seg_addnorm_prologue over the whole row (ffn_ring.cu: every block needs
  * all of it): warp w quantizes blocks 32 sg + 4 w + u of each segment sg,
- * each value as seg_addnorm_prologue forms it, with all of the warp's loads
- * issued before the first use (one round trip instead of one a segment).
- * xs / xds: the row's nb blocks. */
+ * each value as seg_addnorm_prologue forms it, with the loads of 4 segments
+ * (a 4,096-value row) issued before their first use: one round trip where
+ * a call per segment took four. xs / xds: the row's nb blocks. */
 static __device__ __forceinline__ void seg_addnorm_row(const struct cuda_mm_pro &pro,
                                                        const float *x, int n_in, int warp,
                                                        int lane, bool write_sum, const float *ssw,
                                                        int8_t *xs, float *xds)
 {
-    const int max_seg = NORM_THREADS * NORM_NPT / (32 * 32);   /* 8 segments: n_in <= 8192 */
+    const int per = 4;   /* segments whose loads fly together */
     int nb = n_in / 32;
-    float v[max_seg][4], w[max_seg][4];
-#pragma unroll
-    for (int sg = 0; sg < max_seg; sg++) {
-#pragma unroll
-        for (int u = 0; u < 4; u++) {
-            int k = sg * 32 + warp * 4 + u, i = k * 32 + lane;
-            bool in = k < nb;
-            v[sg][u] = in ? rms_add(__ldg(x + i), __ldg(pro.aux + i)) : 0.0f;
-            w[sg][u] = in ? __ldg(pro.norm_w + i) : 0.0f;
-        }
-    }
     float scale = rms_scale(warp_sum(ssw[lane]), n_in, pro.eps);
+    for (int sg0 = 0; sg0 * 32 < nb; sg0 += per) {
+        float v[per][4], w[per][4];
 #pragma unroll
-    for (int sg = 0; sg < max_seg; sg++) {
+        for (int j = 0; j < per; j++) {
 #pragma unroll
-        for (int u = 0; u < 4; u++) {
-            int k = sg * 32 + warp * 4 + u, i = k * 32 + lane;
-            if (k >= nb)   /* warp-uniform: the quantization is warp-collective */
-                continue;
-            if (write_sum)
-                pro.x_out[i] = v[sg][u];
-            float d;
-            int q = cuda_q8_1_quantize_lane(rms_apply(v[sg][u], scale, w[sg][u]), &d);
-            xs[k * 32 + lane] = (int8_t)q;
-            if (lane == 0)
-                xds[k] = d;
+            for (int u = 0; u < 4; u++) {
+                int k = (sg0 + j) * 32 + warp * 4 + u, i = k * 32 + lane;
+                bool in = k < nb;
+                v[j][u] = in ? rms_add(__ldg(x + i), __ldg(pro.aux + i)) : 0.0f;
+                w[j][u] = in ? __ldg(pro.norm_w + i) : 0.0f;
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < per; j++) {
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                int k = (sg0 + j) * 32 + warp * 4 + u, i = k * 32 + lane;
+                if (k >= nb)   /* warp-uniform: the quantization is warp-collective */
+                    continue;
+                if (write_sum)
+                    pro.x_out[i] = v[j][u];
+                float d;
+                int q = cuda_q8_1_quantize_lane(rms_apply(v[j][u], scale, w[j][u]), &d);
+                xs[k * 32 + lane] = (int8_t)q;
+                if (lane == 0)
+                    xds[k] = d;
+            }
         }
     }
 }
