@@ -62,18 +62,24 @@
 #define FR_THREADS ((FR_DOT_WARPS + 2) * 32)
 #define FR_DOT_THREADS (FR_DOT_WARPS * 32)
 #ifndef FR_SLOTS
-#define FR_SLOTS 5
+#define FR_SLOTS 3   /* measured against 5 (docs/PERF.md, fourteenth session) */
 #endif
 /* Blocks per SM the register budget allows for (-D to time variants): at 3
  * (64 registers) two segmented-GEMV blocks of the neighbouring launches fit
  * beside this one; at 1 (80 registers) one. */
 #ifndef FR_MINB
-#define FR_MINB 1
+#define FR_MINB 3
 #endif
 /* 1: down's segment s waits only for its own 32 input blocks (their LL
  * entries), so a block starts down while others finish gate/up; 0: for all. */
 #ifndef FR_SEGWAIT
-#define FR_SEGWAIT 0
+#define FR_SEGWAIT 1
+#endif
+/* Timing diagnostics only (tests/gpu/bench_ffn.c; wrong results): bit 0
+ * leaves out the dot and chain arithmetic, bit 1 the waits for down's input,
+ * bit 2 the prologue. 0 in every real build. */
+#ifndef FR_DIAG
+#define FR_DIAG 0
 #endif
 #define FR_SLOT_Q (FR_SEG * 1024)            /* 32 blocks x 32 rows x 32 int8 */
 #define FR_SLOT_D (FR_SEG * 64)              /* 32 blocks x 32 rows x fp16 */
@@ -373,14 +379,16 @@ static __global__ void __launch_bounds__(FR_THREADS, FR_MINB) k_ffn_ring(struct 
         unsigned ep = *(volatile unsigned *)a.sync + 1u;
         if (warp < FR_DOT_WARPS) {
             /* x_out and x's norm quantized, as the gate/up GEMV's prologue */
-            seg_addnorm_sums(a.pro, a.x, a.dim, warp, lane, ssw);
-            fr_bar_sync(FR_BAR_DOT, FR_DOT_THREADS);
-            seg_addnorm_row(a.pro, a.x, a.dim, warp, lane, bi == 0, ssw, xs_e, xd_e);
+            if (!(FR_DIAG & 4)) {
+                seg_addnorm_sums(a.pro, a.x, a.dim, warp, lane, ssw);
+                fr_bar_sync(FR_BAR_DOT, FR_DOT_THREADS);
+                seg_addnorm_row(a.pro, a.x, a.dim, warp, lane, bi == 0, ssw, xs_e, xd_e);
+            }
             fr_bar_sync(FR_BAR_DOT, FR_DOT_THREADS);
             for (int k = 0; k < items; k++) {
                 struct fr_item it;
                 fr_item_at(a, k, items1, it);
-                if (FR_SEGWAIT ? (it.down && k - items1 < segF) : k == items1) {
+                if (!(FR_DIAG & 2) && (FR_SEGWAIT ? (it.down && k - items1 < segF) : k == items1)) {
                     if (FR_SEGWAIT)
                         fr_ll_wait_seg(a, ep, it.s, it.cn, xs_f, xd_f);
                     else
@@ -396,7 +404,7 @@ static __global__ void __launch_bounds__(FR_THREADS, FR_MINB) k_ffn_ring(struct 
 #pragma unroll
                 for (int j = 0; j < FR_BPW; j++) {
                     int kb = warp * FR_BPW + j;
-                    if (kb < it.cn) {
+                    if (kb < it.cn && !(FR_DIAG & 1)) {
                         int4 w0 = sq[kb * 64 + lane], w1 = sq[kb * 64 + 32 + lane];
                         float dw = __half2float(sd[kb * 32 + lane]);
                         const int4 *xv = (const int4 *)(xs + (size_t)(it.s * FR_SEG + kb) * 32);
@@ -420,7 +428,7 @@ static __global__ void __launch_bounds__(FR_THREADS, FR_MINB) k_ffn_ring(struct 
                 int tb = k & 1;
                 fr_bar_sync(FR_BAR_DOTCHAIN, FR_DOT_THREADS + 32);
                 float p = 0.0f;
-                int kb = 0;
+                int kb = (FR_DIAG & 1) ? it.cn : 0;
                 for (; kb + 8 <= it.cn; kb += 8) {
                     float v[8], sc[8];
 #pragma unroll
