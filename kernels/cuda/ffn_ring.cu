@@ -54,9 +54,15 @@
 #define CS_FFN_RING 1   /* -DCS_FFN_RING=0: never (A/B timing against the two launches) */
 #endif
 
-#define FR_SEG CS_DOT_SEG_BLOCKS             /* blocks of an item */
+#define FR_SEG CS_DOT_SEG_BLOCKS             /* blocks of a segment (numerics.h) */
+/* Blocks of an item: a segment (32), or half of one (16: the ring in
+ * smaller steps, the same bytes in flight with twice the slots). */
+#ifndef FR_IB
+#define FR_IB FR_SEG
+#endif
+#define FR_SUB (FR_SEG / FR_IB)              /* items per segment */
 #define FR_DOT_WARPS SEG_AN_WARPS            /* 8: also the prologue's warps */
-#define FR_BPW (FR_SEG / FR_DOT_WARPS)       /* blocks per dot warp: 4 */
+#define FR_BPW (FR_IB / FR_DOT_WARPS)        /* blocks per dot warp */
 #define FR_CHAIN_WARP FR_DOT_WARPS
 #define FR_PROD_WARP (FR_DOT_WARPS + 1)
 #define FR_THREADS ((FR_DOT_WARPS + 2) * 32)
@@ -81,15 +87,16 @@
 #ifndef FR_DIAG
 #define FR_DIAG 0
 #endif
-#define FR_SLOT_Q (FR_SEG * 1024)            /* 32 blocks x 32 rows x 32 int8 */
-#define FR_SLOT_D (FR_SEG * 64)              /* 32 blocks x 32 rows x fp16 */
+#define FR_SLOT_Q (FR_IB * 1024)             /* blocks x 32 rows x 32 int8 */
+#define FR_SLOT_D (FR_IB * 64)               /* blocks x 32 rows x fp16 */
 #define FR_SLOT_BYTES (FR_SLOT_Q + FR_SLOT_D)
 #define FR_BAR_DOTCHAIN 1                    /* named barriers: dot warps + chain warp */
 #define FR_BAR_DOT 2                         /* dot warps */
 #define FR_SYNC_WORDS 32                     /* [0] epoch, [1] blocks done; 128 bytes */
 #define FR_TIMEOUT_NS 2000000000ull
 
-static_assert(FR_SEG % FR_DOT_WARPS == 0, "a segment's blocks split evenly over the dot warps");
+static_assert(FR_SEG % FR_IB == 0 && FR_IB % FR_DOT_WARPS == 0,
+              "an item is a whole fraction of a segment, split evenly over the dot warps");
 
 struct fr_args {
     const uint8_t *gq, *uq, *dq;   /* repacked quants: gate, up, down */
@@ -106,10 +113,13 @@ struct fr_args {
 struct fr_item {
     const uint8_t *q;
     const __half *d;
-    int cn;      /* blocks in the segment (32 but for a short last one) */
+    int cn;      /* blocks in the item (FR_IB but in a short last segment; may be <= 0) */
     int down;    /* 0: gate/up, 1: down */
     int up;      /* gate/up: 0 gate, 1 up */
-    int g, s, last;
+    int g, s;    /* row group, segment */
+    int sub;     /* item of the segment */
+    int b0;      /* its first block in the row */
+    int seg_end, last;   /* the segment's last item; the group's */
 };
 
 static __device__ __forceinline__ void fr_item_at(const struct fr_args &a, int k, int items1,
@@ -121,27 +131,35 @@ static __device__ __forceinline__ void fr_item_at(const struct fr_args &a, int k
     if (k < items1) {
         nb = a.dim / 32;
         segs = (nb + FR_SEG - 1) / FR_SEG;
-        gi = k / (2 * segs);
-        int r = k - gi * 2 * segs;
-        it.up = r / segs;
-        it.s = r - it.up * segs;
+        int per = segs * FR_SUB;   /* items of one matrix's group */
+        gi = k / (2 * per);
+        int r = k - gi * 2 * per;
+        it.up = r / per;
+        r -= it.up * per;
+        it.s = r / FR_SUB;
+        it.sub = r - it.s * FR_SUB;
         it.down = 0;
         q = it.up ? a.uq : a.gq;
         d = it.up ? a.ud : a.gd;
     } else {
         nb = a.n_ff / 32;
         segs = (nb + FR_SEG - 1) / FR_SEG;
-        gi = (k - items1) / segs;
-        it.s = (k - items1) - gi * segs;
+        int per = segs * FR_SUB, r = k - items1;
+        gi = r / per;
+        r -= gi * per;
+        it.s = r / FR_SUB;
+        it.sub = r - it.s * FR_SUB;
         it.up = 0;
         it.down = 1;
         q = a.dq;
         d = a.dd;
     }
     it.g = blockIdx.x + gi * gridDim.x;
-    it.last = it.s == segs - 1;
-    it.cn = nb - it.s * FR_SEG < FR_SEG ? nb - it.s * FR_SEG : FR_SEG;
-    size_t b0 = (size_t)it.g * nb + (size_t)it.s * FR_SEG;
+    it.seg_end = it.sub == FR_SUB - 1;
+    it.last = it.seg_end && it.s == segs - 1;
+    it.b0 = it.s * FR_SEG + it.sub * FR_IB;
+    it.cn = nb - it.b0 < FR_IB ? nb - it.b0 : FR_IB;
+    size_t b0 = (size_t)it.g * nb + (size_t)it.b0;
     it.q = q + b0 * 1024;
     it.d = d + b0 * 32;
 }
@@ -180,11 +198,13 @@ static __device__ __forceinline__ void fr_mb_wait(unsigned long long *b, unsigne
 static __device__ __forceinline__ void fr_fetch(unsigned char *slot, const struct fr_item &it,
                                                 unsigned long long *full)
 {
-    unsigned qb = (unsigned)it.cn * 1024, db = (unsigned)it.cn * 64;
+    unsigned n = it.cn > 0 ? (unsigned)it.cn : 0u, qb = n * 1024, db = n * 64;
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(
                      fr_smem_addr(full)),
                  "r"(qb + db)
                  : "memory");
+    if (n == 0)
+        return;   /* an empty item: the arrival alone completes the phase */
     asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], "
                  "%2, [%3];" ::"r"(fr_smem_addr(slot)),
                  "l"(it.q), "r"(qb), "r"(fr_smem_addr(full))
@@ -333,8 +353,8 @@ static __global__ void __launch_bounds__(FR_THREADS, FR_MINB) k_ffn_ring(struct 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     extern __shared__ __align__(128) unsigned char fr_dyn[];
     __shared__ unsigned long long full[FR_SLOTS], empty[FR_SLOTS];
-    __shared__ float terms[2][FR_SEG][32];   /* block dots, exact as float */
-    __shared__ float scl[2][FR_SEG][32];     /* fp32(d_w) * d_x */
+    __shared__ float terms[2][FR_IB][32];    /* block dots, exact as float */
+    __shared__ float scl[2][FR_IB][32];      /* fp32(d_w) * d_x */
     __shared__ float ssw[32];
     unsigned char *slots = fr_dyn;
     int8_t *xs_e = (int8_t *)(fr_dyn + (size_t)FR_SLOTS * FR_SLOT_BYTES);
@@ -346,7 +366,7 @@ static __global__ void __launch_bounds__(FR_THREADS, FR_MINB) k_ffn_ring(struct 
     int segE = (nbE + FR_SEG - 1) / FR_SEG, segF = (a.n_ff / 32 + FR_SEG - 1) / FR_SEG;
     int U1 = a.n_ff / 32, U2 = a.dim / 32;
     int n1 = bi < U1 ? (U1 - bi + G - 1) / G : 0, n2 = bi < U2 ? (U2 - bi + G - 1) / G : 0;
-    int items1 = n1 * 2 * segE, items = items1 + n2 * segF;
+    int items1 = n1 * 2 * segE * FR_SUB, items = items1 + n2 * segF * FR_SUB;
 
     if (threadIdx.x == 0) {
         for (int s = 0; s < FR_SLOTS; s++) {
@@ -388,11 +408,16 @@ static __global__ void __launch_bounds__(FR_THREADS, FR_MINB) k_ffn_ring(struct 
             for (int k = 0; k < items; k++) {
                 struct fr_item it;
                 fr_item_at(a, k, items1, it);
-                if (!(FR_DIAG & 2) && (FR_SEGWAIT ? (it.down && k - items1 < segF) : k == items1)) {
-                    if (FR_SEGWAIT)
-                        fr_ll_wait_seg(a, ep, it.s, it.cn, xs_f, xd_f);
-                    else
+                if (!(FR_DIAG & 2) && (FR_SEGWAIT ? (it.down && it.sub == 0 &&
+                                                     k - items1 < segF * FR_SUB)
+                                                  : k == items1)) {
+                    if (FR_SEGWAIT) {
+                        int nbF = a.n_ff / 32, b0 = it.s * FR_SEG;
+                        fr_ll_wait_seg(a, ep, it.s, nbF - b0 < FR_SEG ? nbF - b0 : FR_SEG, xs_f,
+                                       xd_f);
+                    } else {
                         fr_ll_wait(a, ep, xs_f, xd_f);
+                    }
                 }
                 const int8_t *xs = it.down ? xs_f : xs_e;
                 const float *xd = it.down ? xd_f : xd_e;
@@ -407,8 +432,8 @@ static __global__ void __launch_bounds__(FR_THREADS, FR_MINB) k_ffn_ring(struct 
                     if (kb < it.cn && !(FR_DIAG & 1)) {
                         int4 w0 = sq[kb * 64 + lane], w1 = sq[kb * 64 + 32 + lane];
                         float dw = __half2float(sd[kb * 32 + lane]);
-                        const int4 *xv = (const int4 *)(xs + (size_t)(it.s * FR_SEG + kb) * 32);
-                        float dx = xd[it.s * FR_SEG + kb];
+                        const int4 *xv = (const int4 *)(xs + (size_t)(it.b0 + kb) * 32);
+                        float dx = xd[it.b0 + kb];
                         int isum = dot32(w0, w1, xv[0], xv[1], MM_DOT_BIAS);
                         terms[tb][kb][lane] = biased_dot_to_float(isum);
                         scl[tb][kb][lane] = __fmul_rn(dw, dx);
@@ -420,14 +445,15 @@ static __global__ void __launch_bounds__(FR_THREADS, FR_MINB) k_ffn_ring(struct 
                 fr_bar_sync(FR_BAR_DOTCHAIN, FR_DOT_THREADS + 32);
             }
         } else {   /* the chain warp: lane = row of the item's group */
-            float total = 0.0f, gate = 0.0f;
+            float total = 0.0f, gate = 0.0f, p = 0.0f;
             bool fenced = false;
             for (int k = 0; k < items; k++) {
                 struct fr_item it;
                 fr_item_at(a, k, items1, it);
                 int tb = k & 1;
                 fr_bar_sync(FR_BAR_DOTCHAIN, FR_DOT_THREADS + 32);
-                float p = 0.0f;
+                if (it.sub == 0)
+                    p = 0.0f;   /* a segment's chain runs on over its items */
                 int kb = (FR_DIAG & 1) ? it.cn : 0;
                 for (; kb + 8 <= it.cn; kb += 8) {
                     float v[8], sc[8];
@@ -442,6 +468,8 @@ static __global__ void __launch_bounds__(FR_THREADS, FR_MINB) k_ffn_ring(struct 
                 }
                 for (; kb < it.cn; kb++)
                     p = __fmaf_rn(scl[tb][kb][lane], terms[tb][kb][lane], p);
+                if (!it.seg_end)
+                    continue;
                 if (it.s == 0)
                     total = 0.0f;
                 total = __fadd_rn(total, p);   /* segments in order, from 0 */
