@@ -5,6 +5,7 @@
 #ifndef CS_CUDA_FFN_RING_H
 #define CS_CUDA_FFN_RING_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -15,6 +16,18 @@ extern "C" {
 #endif
 
 struct CUstream_st;
+
+/* Whether a new CUDA backend's ffn_add_rmsnorm runs the fused kernel (1) or
+ * declines (0, the model's two fused matmuls): the default follows the
+ * whole-step measurement (docs/PERF.md, fourteenth session). */
+#ifndef CS_FFN_RING_DEFAULT
+#define CS_FFN_RING_DEFAULT 1
+#endif
+
+/* Switch the fused FFN on or off for be (tests and benchmarks compare the
+ * two; the bits are the same). A recorded decode-step graph keeps what it
+ * was recorded with. */
+void cuda_ffn_ring_enable(struct cs_backend *be, bool on);
 
 /* Bytes of the exchange buffer (two sync words, then down's quantized input
  * as 8-byte entries) for an FFN of n_ff rows. It must be zeroed when

@@ -16,6 +16,7 @@
 #include "cuda_util.cuh"
 #include "launch.cuh"
 #include "matmul.h"
+#include "ffn_ring.h"
 #include "ops_cuda.cuh"
 
 /* ---- helpers shared by the op files ---- */
@@ -627,6 +628,7 @@ static int ctx_init(struct cuda_ctx *c, int device)
     }
     c->device = device;
     c->graph_cur = -1;
+    c->ffn_ring_on = CS_FFN_RING_DEFAULT;
     CS_CUDA_CHECK(cudaSetDevice(device));
     CS_CUDA_CHECK(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
     CS_CUDA_CHECK(cudaEventCreateWithFlags(&c->stage_done, cudaEventDisableTiming));

@@ -103,6 +103,7 @@ struct cuda_ctx {
      * it carries an epoch from call to call) */
     void *ffn_buf;
     size_t ffn_buf_cap;
+    bool ffn_ring_on;     /* cuda_ffn_ring_enable; CS_FFN_RING_DEFAULT at creation */
     /* sampling buffers (grow as needed) */
     void *d_sample, *h_sample;
     size_t sample_cap;

@@ -172,7 +172,7 @@ int cuda_op_ffn_add_rmsnorm(struct cs_backend *be, float *out, const struct cs_w
                             int dim, float eps)
 {
     struct cuda_ctx *c = cuda_ctx_of(be);
-    if (n_tokens != 1 || !gate)
+    if (n_tokens != 1 || !gate || !c->ffn_ring_on)
         return CS_EUNSUPPORTED;
     size_t need = cuda_ffn_ring_buffer_bytes(gate->n_out);
     if (c->ffn_buf_cap < need || !c->ffn_buf) {
@@ -186,4 +186,9 @@ int cuda_op_ffn_add_rmsnorm(struct cs_backend *be, float *out, const struct cs_w
     }
     return cuda_ffn_ring(out, gate, up, down, x_out, x, y, norm_w, dim, eps, c->ffn_buf,
                          c->ffn_buf_cap, c->stream);
+}
+
+extern "C" void cuda_ffn_ring_enable(struct cs_backend *be, bool on)
+{
+    cuda_ctx_of(be)->ffn_ring_on = on;
 }

@@ -15,6 +15,7 @@
 #include "../../common/gguf.h"
 #include "../../common/half.h"
 #include "../../common/log.h"
+#include "../../kernels/cuda/ffn_ring.h"
 #include "../../kernels/cuda/probe.h"
 #include "../../kernels/ops.h"
 #include "../test_util.h"
@@ -104,6 +105,7 @@ int main(int argc, char **argv)
     CHECK(gpu->upload(gpu, x, hx, (size_t)E * 4) == 0);
     CHECK(gpu->upload(gpu, y, hx, (size_t)E * 4) == 0);
     CHECK(gpu->upload(gpu, w, hx, (size_t)E * 4) == 0);
+    cuda_ffn_ring_enable(gpu, true);
     double bytes = (double)(2 * F * (E / 32) + E * (F / 32)) * 34.0;   /* Q8_0 weights of one FFN */
     printf("probe read %.1f GB/s; FFN %d x %lld: %.1f MB of weights\n", pr.read_gbps, E,
            (long long)F, bytes / 1e6);

@@ -6,8 +6,9 @@
  * written over y as the model does (out == y), over 4 calls with new inputs
  * each (the kernel's exchange buffer carries an epoch from call to call: a
  * stale entry would show as a difference), and that x is only read. Also
- * that the op declines (CS_EUNSUPPORTED, nothing written) for 2 tokens and
- * for weights whose shapes do not chain.
+ * that the op declines (CS_EUNSUPPORTED, nothing written) for 2 tokens, for
+ * weights whose shapes do not chain and when switched off
+ * (cuda_ffn_ring_enable; the test switches it on whatever the default).
  * Each check prints "RESULT <name> PASS|FAIL <error figure> (bound)" (error:
  * differing values). Not a ctest test (needs a GPU); exits 77 without one. */
 #include <stdint.h>
@@ -18,6 +19,7 @@
 #include "../../common/gguf.h"
 #include "../../common/half.h"
 #include "../../common/log.h"
+#include "../../kernels/cuda/ffn_ring.h"
 #include "../../kernels/ops.h"
 #include "../test_util.h"
 #include "gpu_pair.h"
@@ -134,9 +136,13 @@ static void check_declines(void)
     upload_q8(&u2, E, 2048);
     upload_q8(&d2, 2048, E);
     int rc2 = gpu->ffn_add_rmsnorm(gpu, y, &g2, &u2, &d2, xo, x, y, w, 2, E, 1e-6f);
+    cuda_ffn_ring_enable(gpu, false);
+    int rc3 = gpu->ffn_add_rmsnorm(gpu, y, &g2, &u2, &d2, xo, x, y, w, 1, E, 1e-6f);
+    cuda_ffn_ring_enable(gpu, true);
     CHECK(gpu->sync(gpu) == 0);
     report("ffn_ring declines shapes that do not chain", rc1 != CS_EUNSUPPORTED, 0);
     report("ffn_ring declines 2 tokens", rc2 != CS_EUNSUPPORTED, 0);
+    report("ffn_ring declines when switched off", rc3 != CS_EUNSUPPORTED, 0);
     report("ffn_ring declined: nothing written",
            dev_differ(y, y0, (size_t)E * 2) + dev_differ(xo, xo0, (size_t)E * 2), 0);
     float *bufs[] = {x, y, w, xo, y0, xo0};
@@ -157,6 +163,7 @@ int main(void)
         gpu_pair_close();
         return test_report();
     }
+    cuda_ffn_ring_enable(gpu, true);
     check_ffn("9B", 4096, 12288, 4);
     check_ffn("27B", 5120, 17408, 4);
     check_ffn("0.8B", 1024, 3584, 4);
