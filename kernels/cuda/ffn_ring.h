@@ -18,10 +18,11 @@ extern "C" {
 struct CUstream_st;
 
 /* Whether a new CUDA backend's ffn_add_rmsnorm runs the fused kernel (1) or
- * declines (0, the model's two fused matmuls): the default follows the
- * whole-step measurement (docs/PERF.md, fourteenth session). */
+ * declines (0, the model's two fused matmuls). Off: in the whole 9B decode
+ * step it measured no faster than the two launches (329 against 331 tok/s,
+ * docs/PERF.md fourteenth session); the same bits either way. */
 #ifndef CS_FFN_RING_DEFAULT
-#define CS_FFN_RING_DEFAULT 1
+#define CS_FFN_RING_DEFAULT 0
 #endif
 
 /* Switch the fused FFN on or off for be (tests and benchmarks compare the
