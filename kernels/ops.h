@@ -220,7 +220,8 @@ struct cs_backend {
      * matmul_add_rmsnorm on gate and up, then matmul_swiglu): the whole FFN
      * of one decode token, x_out = x + y, n = rmsnorm(x_out) * norm_w, out =
      * W_down (silu(W_gate n) * (W_up n)). out may equal y; x_out must not
-     * overlap x or y. Bitwise equal to those ops (CUDA: one kernel, sm_90+). */
+     * overlap x or y. Bitwise equal to those ops (CUDA: one kernel, sm_90+,
+     * taken only when switched on: kernels/cuda/ffn_ring.h). */
     int (*ffn_add_rmsnorm)(struct cs_backend *be, float *out, const struct cs_weight *gate,
                            const struct cs_weight *up, const struct cs_weight *down,
                            float *x_out, const float *x, const float *y, const float *norm_w,

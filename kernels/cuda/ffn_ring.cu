@@ -5,6 +5,10 @@
  * same prologue code (seg_addnorm.cuh), the same block dots and the same
  * per-segment chains in kernels/numerics.h's order, the same Q8_1 rule.
  *
+ * Off by default (ffn_ring.h): in the whole decode step it measured no
+ * faster than the two launches; it is the first piece of a persistent
+ * decode step (docs/DECODE_RING.md), where its ends would go too.
+ *
  * Why (docs/DECODE_RING.md, docs/PERF.md thirteenth session): each decode
  * matrix call costs 8-11 us beyond its bytes at its launch boundary and in
  * its prologue. Here the down matrix's weights stream while gate/up finish,
