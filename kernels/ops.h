@@ -119,6 +119,25 @@ struct cs_sample_result {
 };
 
 /* Modes returned by be->graph_begin (see there). */
+/* A mixer's output projection y = W g(a), left for the op that runs it:
+ * g is gated_rmsnorm's transform (per head: rmsnorm(a) * norm_w * silu(aux),
+ * the GDN layer) or sigmoid_gate's (a * sigmoid(aux) with the gate laid out
+ * as sigmoid_gate takes it, the attention layer). W's n_in = n_heads *
+ * head_dim. a is scratch, as matmul_gated_rmsnorm and matmul_sigmoid_gate
+ * take it. */
+enum cs_out_proj_kind { CS_OUT_PROJ_GATED_RMSNORM = 1, CS_OUT_PROJ_SIGMOID_GATE = 2 };
+struct cs_out_proj {
+    int kind;                  /* enum cs_out_proj_kind */
+    const struct cs_weight *w;
+    float *a;
+    const float *aux;          /* z, or the gate */
+    const float *norm_w;       /* GATED_RMSNORM: [head_dim] */
+    int aux_token_stride;      /* SIGMOID_GATE: the gate's layout */
+    int aux_head_stride;
+    int n_heads, head_dim;
+    float eps;                 /* GATED_RMSNORM */
+};
+
 enum cs_graph_mode { CS_GRAPH_EAGER = 0, CS_GRAPH_RECORD = 1, CS_GRAPH_REPLAYED = 2 };
 
 struct cs_graph_stats {
@@ -226,6 +245,16 @@ struct cs_backend {
                            const struct cs_weight *up, const struct cs_weight *down,
                            float *x_out, const float *x, const float *y, const float *norm_w,
                            int n_tokens, int dim, float eps);
+    /* Optional (NULL, or CS_EUNSUPPORTED with nothing run: the model runs
+     * p's projection, then ffn_add_rmsnorm): the mixer's output projection p
+     * (y = W g(a), as matmul_gated_rmsnorm or matmul_sigmoid_gate, below)
+     * and then ffn_add_rmsnorm on its y, in one op; y is never stored. out
+     * and x_out must not overlap p's a. Bitwise equal to the two ops (CUDA:
+     * one decode token, in ffn_add_rmsnorm's kernel, when that is on). */
+    int (*proj_ffn_add_rmsnorm)(struct cs_backend *be, float *out, const struct cs_out_proj *p,
+                                const struct cs_weight *gate, const struct cs_weight *up,
+                                const struct cs_weight *down, float *x_out, const float *x,
+                                const float *norm_w, int n_tokens, int dim, float eps);
     /* Optional (NULL, or CS_EUNSUPPORTED with nothing run: the model runs
      * matmul_add_rmsnorm, then conv1d_silu on ys[0]): matmul_add_rmsnorm
      * whose first projection goes through GDN's conv1d_silu (conv_w, the

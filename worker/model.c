@@ -80,43 +80,66 @@ static int mixer_inputs(struct cs_model *m, struct cs_state *st, int l, float **
     return 3;
 }
 
-/* Gated DeltaNet mixer after its input projections -> st->tmp. conv_done:
- * the projections already left conv1d_silu's output in st->conv_out. */
+/* The mixer's output projection p into st->tmp, fused where the backend
+ * can (bitwise the same). */
+static int out_proj(struct cs_backend *be, struct cs_state *st, const struct cs_out_proj *p, int T)
+{
+    const struct cs_weight *wo[1] = {p->w};
+    float *out[1] = {st->tmp};
+    int rc;
+    if (p->kind == CS_OUT_PROJ_GATED_RMSNORM) {
+        if (be->matmul_gated_rmsnorm)
+            return be->matmul_gated_rmsnorm(be, st->tmp, p->w, p->a, p->aux, p->norm_w,
+                                            p->n_heads, p->head_dim, p->eps, T);
+        rc = be->gated_rmsnorm(be, p->a, p->aux, p->norm_w, p->n_heads, p->head_dim, p->eps, T);
+    } else {
+        if (be->matmul_sigmoid_gate)
+            return be->matmul_sigmoid_gate(be, st->tmp, p->w, p->a, p->aux, p->aux_token_stride,
+                                           p->aux_head_stride, p->n_heads, p->head_dim, T);
+        rc = be->sigmoid_gate(be, p->a, p->aux, p->aux_token_stride, p->aux_head_stride,
+                              p->n_heads, p->head_dim, T);
+    }
+    return rc ? rc : be->matmul(be, 1, out, wo, p->a, T);
+}
+
+/* Gated DeltaNet mixer after its input projections, up to its output
+ * projection, which it leaves in *p. conv_done: the projections already
+ * left conv1d_silu's output in st->conv_out. */
 static int mixer_gdn(struct cs_model *m, struct cs_state *st, int l, const struct cs_batch *b,
-                     bool conv_done)
+                     bool conv_done, struct cs_out_proj *p)
 {
     struct cs_backend *be = m->be;
     const struct cs_hparams *hp = &m->hp;
     struct cs_layer_weights *w = &m->layers[l];
-    int T = b->n_tokens, rc;
-    const struct cs_weight *wo[1] = {&w->ssm_out};
-    float *out[1] = {st->tmp};
+    int rc;
     if ((!conv_done &&
          (rc = be->conv1d_silu(be, st->conv_out, st->qkv, w->conv1d, &st->gdn[l], b))) ||
         (rc = be->gdn(be, st->gdn_out, st->conv_out, st->beta, st->alpha, w->ssm_a, w->dt_bias,
                       hp->eps, &st->gdn[l], b)))
         return rc;
-    if (be->matmul_gated_rmsnorm)   /* the norm in the projection's prologue (bitwise the same) */
-        return be->matmul_gated_rmsnorm(be, st->tmp, &w->ssm_out, st->gdn_out, st->z, w->ssm_norm,
-                                        hp->ssm_heads, hp->ssm_state, hp->eps, T);
-    if ((rc = be->gated_rmsnorm(be, st->gdn_out, st->z, w->ssm_norm, hp->ssm_heads, hp->ssm_state,
-                                hp->eps, T)))
-        return rc;
-    return be->matmul(be, 1, out, wo, st->gdn_out, T);
+    memset(p, 0, sizeof *p);
+    p->kind = CS_OUT_PROJ_GATED_RMSNORM;
+    p->w = &w->ssm_out;
+    p->a = st->gdn_out;
+    p->aux = st->z;
+    p->norm_w = w->ssm_norm;
+    p->n_heads = hp->ssm_heads;
+    p->head_dim = hp->ssm_state;
+    p->eps = hp->eps;
+    return CS_OK;
 }
 
-/* Gated attention mixer after its input projections -> st->tmp. W_q rows
- * per head: D query rows then D gate rows, so head h's query is at h*2D and
- * its gate at h*2D+D. */
-static int mixer_attention(struct cs_model *m, struct cs_state *st, int l, const struct cs_batch *b)
+/* Gated attention mixer after its input projections, up to its output
+ * projection, which it leaves in *p. W_q rows per head: D query rows then
+ * D gate rows, so head h's query is at h*2D and its gate at h*2D+D. */
+static int mixer_attention(struct cs_model *m, struct cs_state *st, int l, const struct cs_batch *b,
+                           struct cs_out_proj *p)
 {
     struct cs_backend *be = m->be;
     const struct cs_hparams *hp = &m->hp;
     struct cs_layer_weights *w = &m->layers[l];
-    int T = b->n_tokens, D = hp->head_dim, rc;
+    int D = hp->head_dim, rc;
     int q_stride = 2 * D * hp->n_head, kv_stride = D * hp->n_head_kv;
-    const struct cs_weight *wo[1] = {&w->wo};
-    float *out[1] = {st->tmp};
     if (be->qk_norm_rope_store)   /* the three ops below in one launch (bitwise the same) */
         rc = be->qk_norm_rope_store(be, st->q, q_stride, 2 * D, hp->n_head, st->k, st->v,
                                     kv_stride, hp->n_head_kv, D, w->q_norm, w->k_norm,
@@ -129,12 +152,16 @@ static int mixer_attention(struct cs_model *m, struct cs_state *st, int l, const
     if (rc || (rc = be->attention(be, st->attn_out, st->q, q_stride, 2 * D, hp->n_head,
                                   &st->kv[l], 1.0f / sqrtf((float)D), b)))
         return rc;
-    if (be->matmul_sigmoid_gate)   /* the gate in the projection's prologue (bitwise the same) */
-        return be->matmul_sigmoid_gate(be, st->tmp, &w->wo, st->attn_out, st->q + D, q_stride,
-                                       2 * D, hp->n_head, D, T);
-    if ((rc = be->sigmoid_gate(be, st->attn_out, st->q + D, q_stride, 2 * D, hp->n_head, D, T)))
-        return rc;
-    return be->matmul(be, 1, out, wo, st->attn_out, T);
+    memset(p, 0, sizeof *p);
+    p->kind = CS_OUT_PROJ_SIGMOID_GATE;
+    p->w = &w->wo;
+    p->a = st->attn_out;
+    p->aux = st->q + D;
+    p->aux_token_stride = q_stride;
+    p->aux_head_stride = 2 * D;
+    p->n_heads = hp->n_head;
+    p->head_dim = D;
+    return CS_OK;
 }
 
 /* After a fused add (the sum written to st->hidden_alt): the sum becomes
@@ -203,8 +230,20 @@ static int layer_forward(struct cs_model *m, struct cs_state *st, int l, const s
         else if (!(rc = be->rmsnorm(be, st->normed, st->hidden, w->attn_norm, T, E, hp->eps)))
             rc = be->matmul(be, n_in, ys, ws, st->normed, T);
     }
-    if (rc || (rc = hp->recurrent[l] ? mixer_gdn(m, st, l, b, conv_done)
-                                     : mixer_attention(m, st, l, b)))
+    struct cs_out_proj p;
+    if (rc || (rc = hp->recurrent[l] ? mixer_gdn(m, st, l, b, conv_done, &p)
+                                     : mixer_attention(m, st, l, b, &p)))
+        return rc;
+    if (be->proj_ffn_add_rmsnorm) {   /* the projection and the FFN in one op where it can */
+        rc = be->proj_ffn_add_rmsnorm(be, st->tmp, &p, &w->ffn_gate, &w->ffn_up, &w->ffn_down,
+                                      st->hidden_alt, st->hidden, w->post_norm, T, E, hp->eps);
+        if (rc != CS_EUNSUPPORTED) {
+            if (rc == CS_OK)
+                swap_residual(st);
+            return rc;
+        }
+    }
+    if ((rc = out_proj(be, st, &p, T)))
         return rc;
     if (be->ffn_add_rmsnorm) {   /* the whole FFN in one op where the backend can */
         rc = be->ffn_add_rmsnorm(be, st->tmp, &w->ffn_gate, &w->ffn_up, &w->ffn_down,

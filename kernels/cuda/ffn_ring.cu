@@ -53,6 +53,7 @@
 #include "launch.cuh"
 #include "matmul_int.cuh"
 #include "seg_addnorm.cuh"
+#include "seg_prologue.cuh"
 
 #ifndef CS_FFN_RING
 #define CS_FFN_RING 1   /* -DCS_FFN_RING=0: never (A/B timing against the two launches) */
@@ -79,6 +80,11 @@
  * beside this one; at 1 (80 registers) one. */
 #ifndef FR_MINB
 #define FR_MINB 3
+#endif
+/* The same for the kernel with the output projection in front (its own
+ * instance: the projection's state would make the FFN-only one spill). */
+#ifndef FR_MINB_PROJ
+#define FR_MINB_PROJ 2   /* 96 registers: at 3 (64) it spills */
 #endif
 /* 1: down's segment s waits only for its own 32 input blocks (their LL
  * entries), so a block starts down while others finish gate/up; 0: for all. */
@@ -111,6 +117,15 @@ struct fr_args {
     int dim, n_ff;
     unsigned *sync;                /* FR_SYNC_WORDS words, then the entries */
     unsigned long long *ll;        /* n_ff / 4 quant entries, then n_ff / 32 scale entries */
+    /* The output projection in front (cuda_proj_ffn_ring; oq NULL: none):
+     * y = W_o opro(oa), W_o of dim rows x n_in_o, its rows exchanged as LL
+     * entries (lly, dim of them) instead of read from pro.aux. */
+    const uint8_t *oq;
+    const __half *od;
+    const float *oa;
+    struct cuda_mm_pro opro;
+    int n_in_o;
+    unsigned long long *lly;
 };
 
 /* Item k of this block: matrix, row group, segment and its bytes. */
@@ -118,6 +133,7 @@ struct fr_item {
     const uint8_t *q;
     const __half *d;
     int cn;      /* blocks in the item (FR_IB but in a short last segment; may be <= 0) */
+    int proj;    /* 1: the output projection (then down = up = 0) */
     int down;    /* 0: gate/up, 1: down */
     int up;      /* gate/up: 0 gate, 1 up */
     int g, s;    /* row group, segment */
@@ -126,13 +142,29 @@ struct fr_item {
     int seg_end, last;   /* the segment's last item; the group's */
 };
 
-static __device__ __forceinline__ void fr_item_at(const struct fr_args &a, int k, int items1,
-                                                  struct fr_item &it)
+template <bool PROJ>
+static __device__ __forceinline__ void fr_item_at(const struct fr_args &a, int k, int items0,
+                                                  int items01, struct fr_item &it)
 {
     int nb, segs, gi;
     const uint8_t *q;
     const __half *d;
-    if (k < items1) {
+    it.proj = 0;
+    if (PROJ && k < items0) {
+        nb = a.n_in_o / 32;
+        segs = (nb + FR_SEG - 1) / FR_SEG;
+        int per = segs * FR_SUB;
+        gi = k / per;
+        int r = k - gi * per;
+        it.s = r / FR_SUB;
+        it.sub = r - it.s * FR_SUB;
+        it.proj = 1;
+        it.up = 0;
+        it.down = 0;
+        q = a.oq;
+        d = a.od;
+    } else if (k < items01) {
+        k -= items0;
         nb = a.dim / 32;
         segs = (nb + FR_SEG - 1) / FR_SEG;
         int per = segs * FR_SUB;   /* items of one matrix's group */
@@ -148,7 +180,7 @@ static __device__ __forceinline__ void fr_item_at(const struct fr_args &a, int k
     } else {
         nb = a.n_ff / 32;
         segs = (nb + FR_SEG - 1) / FR_SEG;
-        int per = segs * FR_SUB, r = k - items1;
+        int per = segs * FR_SUB, r = k - items01;
         gi = r / per;
         r -= gi * per;
         it.s = r / FR_SUB;
@@ -343,16 +375,61 @@ static __device__ void fr_ll_wait_seg(const struct fr_args &a, unsigned ep, int 
         __nanosleep(100);
     }
 }
+
+/* The output projection's n rows y from their LL entries of epoch ep into
+ * y (shared), as fr_ll_wait (the dot warps, 8 loads in flight a thread). */
+static __device__ void fr_ll_wait_rows(const unsigned long long *src, int n, unsigned ep, float *y)
+{
+    unsigned long long t0 = fr_now();
+    for (;;) {
+        bool ok = true;
+        for (int e0 = threadIdx.x; e0 < n; e0 += 8 * FR_DOT_THREADS) {
+            unsigned long long v[8];
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                int e = e0 + j * FR_DOT_THREADS;
+                v[j] = e < n ? fr_ll_load(src + e) : 0;
+            }
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                int e = e0 + j * FR_DOT_THREADS;
+                if (e >= n)
+                    break;
+                if ((unsigned)(v[j] >> 32) != ep)
+                    ok = false;
+                else
+                    y[e] = __uint_as_float((unsigned)v[j]);
+            }
+        }
+        if (fr_dots_all(ok))
+            return;
+        if (fr_now() - t0 > FR_TIMEOUT_NS)
+            __trap();
+        __nanosleep(100);
+    }
+}
 #endif
 
-/* Dynamic shared memory: the ring, then x's and down's input as Q8_1. */
-static size_t fr_smem_bytes(int dim, int n_ff)
+/* Dynamic shared memory: the ring, then x's and down's input as Q8_1;
+ * with the output projection (n_in_o > 0), from a 16-byte boundary, its
+ * input as Q8_1, later its output y (fp32) over it. */
+static __host__ __device__ size_t fr_proj_offset(int dim, int n_ff)
 {
-    return (size_t)FR_SLOTS * FR_SLOT_BYTES + (size_t)dim + (size_t)n_ff +
-           sizeof(float) * (size_t)(dim / 32 + n_ff / 32);
+    size_t o = (size_t)FR_SLOTS * FR_SLOT_BYTES + (size_t)dim + (size_t)n_ff +
+               sizeof(float) * (size_t)(dim / 32 + n_ff / 32);
+    return (o + 15) & ~(size_t)15;
 }
 
-static __global__ void __launch_bounds__(FR_THREADS, FR_MINB) k_ffn_ring(struct fr_args a)
+static size_t fr_smem_bytes(int dim, int n_ff, int n_in_o)
+{
+    size_t pin = (size_t)n_in_o + sizeof(float) * (size_t)(n_in_o / 32);
+    size_t py = sizeof(float) * (size_t)dim;
+    return fr_proj_offset(dim, n_ff) + (n_in_o > 0 ? (pin > py ? pin : py) : 0);
+}
+
+template <bool PROJ>
+static __global__ void __launch_bounds__(FR_THREADS, PROJ ? FR_MINB_PROJ : FR_MINB)
+    k_ffn_ring(struct fr_args a)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     extern __shared__ __align__(128) unsigned char fr_dyn[];
@@ -365,12 +442,19 @@ static __global__ void __launch_bounds__(FR_THREADS, FR_MINB) k_ffn_ring(struct 
     int8_t *xs_f = xs_e + a.dim;
     float *xd_e = (float *)(xs_f + a.n_ff);
     float *xd_f = xd_e + a.dim / 32;
+    /* the output projection's input (Q8_1), later its output y */
+    unsigned char *preg = fr_dyn + fr_proj_offset(a.dim, a.n_ff);
+    int8_t *xs_o = (int8_t *)preg;
+    float *xd_o = (float *)(preg + a.n_in_o), *y_s = (float *)preg;
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     int G = gridDim.x, bi = blockIdx.x, nbE = a.dim / 32;
     int segE = (nbE + FR_SEG - 1) / FR_SEG, segF = (a.n_ff / 32 + FR_SEG - 1) / FR_SEG;
-    int U1 = a.n_ff / 32, U2 = a.dim / 32;
+    int segO = (a.n_in_o / 32 + FR_SEG - 1) / FR_SEG;
+    int U0 = PROJ ? a.dim / 32 : 0, U1 = a.n_ff / 32, U2 = a.dim / 32;
+    int n0 = bi < U0 ? (U0 - bi + G - 1) / G : 0;
     int n1 = bi < U1 ? (U1 - bi + G - 1) / G : 0, n2 = bi < U2 ? (U2 - bi + G - 1) / G : 0;
-    int items1 = n1 * 2 * segE * FR_SUB, items = items1 + n2 * segF * FR_SUB;
+    int items0 = n0 * segO * FR_SUB, items01 = items0 + n1 * 2 * segE * FR_SUB;
+    int items = items01 + n2 * segF * FR_SUB;
 
     if (threadIdx.x == 0) {
         for (int s = 0; s < FR_SLOTS; s++) {
@@ -392,7 +476,7 @@ static __global__ void __launch_bounds__(FR_THREADS, FR_MINB) k_ffn_ring(struct 
             if (k >= FR_SLOTS)
                 fr_mb_wait(&empty[s], (k / FR_SLOTS - 1) & 1);
             struct fr_item it;
-            fr_item_at(a, k, items1, it);
+            fr_item_at<PROJ>(a, k, items0, items01, it);
             fr_fetch(slots + (size_t)s * FR_SLOT_BYTES, it, &full[s]);
         }
     } else {
@@ -402,8 +486,12 @@ static __global__ void __launch_bounds__(FR_THREADS, FR_MINB) k_ffn_ring(struct 
         cuda_pdl_enter();
         unsigned ep = *(volatile unsigned *)a.sync + 1u;
         if (warp < FR_DOT_WARPS) {
-            /* x_out and x's norm quantized, as the gate/up GEMV's prologue */
-            if (!(FR_DIAG & 4)) {
+            if (FR_DIAG & 4) {
+            } else if (PROJ) {
+                /* the output projection's input, as its GEMV's prologue */
+                seg_prologue_row(a.opro, a.oa, a.n_in_o / 32, warp, lane, xs_o, xd_o);
+            } else {
+                /* x_out and x's norm quantized, as the gate/up GEMV's prologue */
                 seg_addnorm_sums(a.pro, a.x, a.dim, warp, lane, ssw);
                 fr_bar_sync(FR_BAR_DOT, FR_DOT_THREADS);
                 seg_addnorm_row(a.pro, a.x, a.dim, warp, lane, bi == 0, ssw, xs_e, xd_e);
@@ -411,10 +499,23 @@ static __global__ void __launch_bounds__(FR_THREADS, FR_MINB) k_ffn_ring(struct 
             fr_bar_sync(FR_BAR_DOT, FR_DOT_THREADS);
             for (int k = 0; k < items; k++) {
                 struct fr_item it;
-                fr_item_at(a, k, items1, it);
+                fr_item_at<PROJ>(a, k, items0, items01, it);
+                if (PROJ && k == items0 && !(FR_DIAG & 6)) {
+                    /* the projection's rows from every block, then the add
+                     * and the norm as above, y read from shared memory; the
+                     * ring meanwhile fills with gate/up's weights */
+                    struct cuda_mm_pro pro = a.pro;
+                    pro.aux = y_s;
+                    fr_bar_sync(FR_BAR_DOT, FR_DOT_THREADS);   /* xs_o read: y_s may go over it */
+                    fr_ll_wait_rows(a.lly, a.dim, ep, y_s);
+                    seg_addnorm_sums<false>(pro, a.x, a.dim, warp, lane, ssw);
+                    fr_bar_sync(FR_BAR_DOT, FR_DOT_THREADS);
+                    seg_addnorm_row<false>(pro, a.x, a.dim, warp, lane, bi == 0, ssw, xs_e, xd_e);
+                    fr_bar_sync(FR_BAR_DOT, FR_DOT_THREADS);
+                }
                 if (!(FR_DIAG & 2) && (FR_SEGWAIT ? (it.down && it.sub == 0 &&
-                                                     k - items1 < segF * FR_SUB)
-                                                  : k == items1)) {
+                                                     k - items01 < segF * FR_SUB)
+                                                  : k == items01)) {
                     if (FR_SEGWAIT) {
                         int nbF = a.n_ff / 32, b0 = it.s * FR_SEG;
                         fr_ll_wait_seg(a, ep, it.s, nbF - b0 < FR_SEG ? nbF - b0 : FR_SEG, xs_f,
@@ -423,8 +524,8 @@ static __global__ void __launch_bounds__(FR_THREADS, FR_MINB) k_ffn_ring(struct 
                         fr_ll_wait(a, ep, xs_f, xd_f);
                     }
                 }
-                const int8_t *xs = it.down ? xs_f : xs_e;
-                const float *xd = it.down ? xd_f : xd_e;
+                const int8_t *xs = it.down ? xs_f : (PROJ && it.proj ? xs_o : xs_e);
+                const float *xd = it.down ? xd_f : (PROJ && it.proj ? xd_o : xd_e);
                 int s = k % FR_SLOTS, tb = k & 1;
                 const unsigned char *slot = slots + (size_t)s * FR_SLOT_BYTES;
                 const int4 *sq = (const int4 *)slot;
@@ -453,7 +554,7 @@ static __global__ void __launch_bounds__(FR_THREADS, FR_MINB) k_ffn_ring(struct 
             bool fenced = false;
             for (int k = 0; k < items; k++) {
                 struct fr_item it;
-                fr_item_at(a, k, items1, it);
+                fr_item_at<PROJ>(a, k, items0, items01, it);
                 int tb = k & 1;
                 fr_bar_sync(FR_BAR_DOTCHAIN, FR_DOT_THREADS + 32);
                 if (it.sub == 0)
@@ -485,7 +586,9 @@ static __global__ void __launch_bounds__(FR_THREADS, FR_MINB) k_ffn_ring(struct 
                     __threadfence();
                     fenced = true;
                 }
-                if (!it.down && !it.up) {
+                if (PROJ && it.proj) {
+                    fr_ll_store(a.lly + (size_t)it.g * 32 + lane, __float_as_uint(total), ep);
+                } else if (!it.down && !it.up) {
                     gate = total;
                 } else if (!it.down) {
                     float d;
@@ -514,10 +617,10 @@ static __global__ void __launch_bounds__(FR_THREADS, FR_MINB) k_ffn_ring(struct 
 #endif
 }
 
-extern "C" size_t cuda_ffn_ring_buffer_bytes(int64_t n_ff)
+extern "C" size_t cuda_ffn_ring_buffer_bytes(int64_t n_ff, int64_t dim)
 {
     return FR_SYNC_WORDS * sizeof(unsigned) +
-           (size_t)(n_ff / 4 + n_ff / 32) * sizeof(unsigned long long);
+           (size_t)(n_ff / 4 + n_ff / 32 + dim) * sizeof(unsigned long long);
 }
 
 static bool fr_overlap(const void *a, size_t an, const void *b, size_t bn)
@@ -529,56 +632,80 @@ static bool fr_overlap(const void *a, size_t an, const void *b, size_t bn)
 /* Per device: SM count, and whether the kernel is usable (sm_90, its
  * shared memory granted, one block per SM resident); -1 unknown. */
 #define FR_MAX_DEV 64
-static int g_fr_sms[FR_MAX_DEV], g_fr_state[FR_MAX_DEV];
-static size_t g_fr_smem[FR_MAX_DEV];
+static int g_fr_sms[2][FR_MAX_DEV], g_fr_state[2][FR_MAX_DEV];
+static size_t g_fr_smem[2][FR_MAX_DEV];
 
-static bool fr_ready(int dev, size_t smem, int *sms)
+/* proj: the instance with the output projection in front. */
+static bool fr_ready(int dev, size_t smem, bool proj, int *sms)
 {
     if (dev < 0 || dev >= FR_MAX_DEV)
         return false;
-    if (g_fr_state[dev] != 0 && g_fr_smem[dev] >= smem) {
-        *sms = g_fr_sms[dev];
-        return g_fr_state[dev] > 0;
+    int *state = &g_fr_state[proj][dev], *nsm = &g_fr_sms[proj][dev];
+    size_t *granted = &g_fr_smem[proj][dev];
+    if (*state != 0 && *granted >= smem) {
+        *sms = *nsm;
+        return *state > 0;
     }
+    void (*k)(struct fr_args) = proj ? k_ffn_ring<true> : k_ffn_ring<false>;
     cudaDeviceProp prop;
     int blocks = 0;
     bool ok = cudaGetDeviceProperties(&prop, dev) == cudaSuccess && prop.major >= 9 &&
               smem <= prop.sharedMemPerBlockOptin &&
-              cudaFuncSetAttribute(k_ffn_ring, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                   (int)smem) == cudaSuccess &&
-              cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, k_ffn_ring, FR_THREADS,
-                                                            smem) == cudaSuccess &&
+              cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) ==
+                  cudaSuccess &&
+              cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, k, FR_THREADS, smem) ==
+                  cudaSuccess &&
               blocks >= 1;
     cudaGetLastError();
-    g_fr_state[dev] = ok ? 1 : -1;
-    g_fr_smem[dev] = smem;
-    g_fr_sms[dev] = ok ? prop.multiProcessorCount : 0;
-    *sms = g_fr_sms[dev];
+    *state = ok ? 1 : -1;
+    *granted = smem;
+    *nsm = ok ? prop.multiProcessorCount : 0;
+    *sms = *nsm;
     LOG_DEBUG("cuda", "fused FFN kernel %s on device %d (%zu bytes of shared memory)",
               ok ? "ready" : "unusable", dev, smem);
     return ok;
 }
 
-extern "C" int cuda_ffn_ring(float *out, const struct cs_weight *gate, const struct cs_weight *up,
-                             const struct cs_weight *down, float *x_out, const float *x,
-                             const float *y, const float *norm_w, int dim, float eps,
-                             void *buffer, size_t buffer_bytes, struct CUstream_st *stream)
+/* cuda_ffn_ring, with the output projection wo opro(oa) in front when wo
+ * is not NULL (then y is unused). */
+static int fr_run(float *out, const struct cs_weight *wo, const float *oa,
+                  const struct cuda_mm_pro *opro, const struct cs_weight *gate,
+                  const struct cs_weight *up, const struct cs_weight *down, float *x_out,
+                  const float *x, const float *y, const float *norm_w, int dim, float eps,
+                  void *buffer, size_t buffer_bytes, struct CUstream_st *stream)
 {
-    if (!CS_FFN_RING || !gate || !up || !down || !out || !x_out || !x || !y || !norm_w || !buffer)
+    if (!CS_FFN_RING || !gate || !up || !down || !out || !x_out || !x || (!wo && !y) || !norm_w ||
+        !buffer)
         return CS_EUNSUPPORTED;
     int64_t ff = gate->n_out;
     if (gate->type != CS_DTYPE_Q8_0 || up->type != CS_DTYPE_Q8_0 || down->type != CS_DTYPE_Q8_0 ||
         gate->n_in != dim || up->n_in != dim || up->n_out != ff || down->n_in != ff ||
         down->n_out != dim || dim % 32 != 0 || ff % 32 != 0 || dim > NORM_THREADS * NORM_NPT ||
-        ff > (1 << 20) || buffer_bytes < cuda_ffn_ring_buffer_bytes(ff))
+        ff > (1 << 20) || buffer_bytes < cuda_ffn_ring_buffer_bytes(ff, dim))
         return CS_EUNSUPPORTED;
     size_t vb = (size_t)dim * sizeof(float);
-    if (fr_overlap(x_out, vb, x, vb) || fr_overlap(x_out, vb, y, vb) || fr_overlap(out, vb, x, vb) ||
-        fr_overlap(out, vb, x_out, vb))
+    if (fr_overlap(x_out, vb, x, vb) || fr_overlap(out, vb, x, vb) || fr_overlap(out, vb, x_out, vb) ||
+        (!wo && fr_overlap(x_out, vb, y, vb)))
         return CS_EUNSUPPORTED;
+    int n_in_o = 0;
+    if (wo) {
+        /* the prologue's shapes as the GEMV takes them (matmul.cu) */
+        n_in_o = (int)wo->n_in;
+        if (wo->type != CS_DTYPE_Q8_0 || wo->n_out != dim || n_in_o % 128 != 0 ||
+            n_in_o > (1 << 16) || !oa || !opro || !opro->aux ||
+            (opro->kind == CUDA_MM_PRO_GATED_RMSNORM &&
+             (opro->head_dim != GATED_NORM_HEAD || !opro->norm_w)) ||
+            (opro->kind == CUDA_MM_PRO_SIGMOID_GATE &&
+             (opro->head_dim <= 0 || n_in_o % opro->head_dim != 0)) ||
+            (opro->kind != CUDA_MM_PRO_GATED_RMSNORM && opro->kind != CUDA_MM_PRO_SIGMOID_GATE))
+            return CS_EUNSUPPORTED;
+        size_t ob = (size_t)n_in_o * sizeof(float);
+        if (fr_overlap(out, vb, oa, ob) || fr_overlap(x_out, vb, oa, ob))
+            return CS_EUNSUPPORTED;
+    }
     int dev = 0, sms = 0;
-    size_t smem = fr_smem_bytes(dim, (int)ff);
-    if (cudaGetDevice(&dev) != cudaSuccess || !fr_ready(dev, smem, &sms))
+    size_t smem = fr_smem_bytes(dim, (int)ff, n_in_o);
+    if (cudaGetDevice(&dev) != cudaSuccess || !fr_ready(dev, smem, wo != NULL, &sms))
         return CS_EUNSUPPORTED;
     struct fr_args a;
     memset(&a, 0, sizeof a);
@@ -599,11 +726,42 @@ extern "C" int cuda_ffn_ring(float *out, const struct cs_weight *gate, const str
     a.n_ff = (int)ff;
     a.sync = (unsigned *)buffer;
     a.ll = (unsigned long long *)((char *)buffer + FR_SYNC_WORDS * sizeof(unsigned));
+    if (wo) {
+        a.oq = (const uint8_t *)wo->data;
+        a.od = (const __half *)wo->aux;
+        a.oa = oa;
+        a.opro = *opro;
+        a.n_in_o = n_in_o;
+        a.lly = a.ll + ff / 4 + ff / 32;
+    }
     int grid = sms < (int)(ff / 32) ? sms : (int)(ff / 32);
-    cudaError_t e = cuda_launch(k_ffn_ring, dim3(grid), dim3(FR_THREADS), smem, stream, a);
+    cudaError_t e = wo ? cuda_launch(k_ffn_ring<true>, dim3(grid), dim3(FR_THREADS), smem, stream, a)
+                       : cuda_launch(k_ffn_ring<false>, dim3(grid), dim3(FR_THREADS), smem, stream, a);
     if (e != cudaSuccess) {
         LOG_ERROR("cuda", "fused FFN launch: %s", cudaGetErrorString(e));
         return CS_ECUDA;
     }
     return CS_OK;
+}
+
+extern "C" int cuda_ffn_ring(float *out, const struct cs_weight *gate, const struct cs_weight *up,
+                             const struct cs_weight *down, float *x_out, const float *x,
+                             const float *y, const float *norm_w, int dim, float eps,
+                             void *buffer, size_t buffer_bytes, struct CUstream_st *stream)
+{
+    return fr_run(out, NULL, NULL, NULL, gate, up, down, x_out, x, y, norm_w, dim, eps, buffer,
+                  buffer_bytes, stream);
+}
+
+extern "C" int cuda_proj_ffn_ring(float *out, const struct cs_weight *wo, const float *oa,
+                                  const struct cuda_mm_pro *opro, const struct cs_weight *gate,
+                                  const struct cs_weight *up, const struct cs_weight *down,
+                                  float *x_out, const float *x, const float *norm_w, int dim,
+                                  float eps, void *buffer, size_t buffer_bytes,
+                                  struct CUstream_st *stream)
+{
+    if (!wo)
+        return CS_EUNSUPPORTED;
+    return fr_run(out, wo, oa, opro, gate, up, down, x_out, x, NULL, norm_w, dim, eps, buffer,
+                  buffer_bytes, stream);
 }

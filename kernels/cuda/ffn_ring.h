@@ -1,7 +1,8 @@
 /* ffn_ring.h - the whole FFN of one decode token as one kernel (ffn_ring.cu,
  * sm_90+): x_out = x + y, n = rmsnorm(x_out) * norm_w, out = W_down
- * (silu(W_gate n) * (W_up n)), bitwise the launches it replaces. Includable
- * from C. */
+ * (silu(W_gate n) * (W_up n)), bitwise the launches it replaces; optionally
+ * with the mixer's output projection y = W_o pro(a) in front, in the same
+ * kernel. Includable from C. */
 #ifndef CS_CUDA_FFN_RING_H
 #define CS_CUDA_FFN_RING_H
 
@@ -10,6 +11,7 @@
 #include <stdint.h>
 
 #include "../ops.h"
+#include "matmul.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -31,9 +33,10 @@ struct CUstream_st;
 void cuda_ffn_ring_enable(struct cs_backend *be, bool on);
 
 /* Bytes of the exchange buffer (two sync words, then down's quantized input
- * as 8-byte entries) for an FFN of n_ff rows. It must be zeroed when
- * allocated and then kept between calls (it carries an epoch). */
-size_t cuda_ffn_ring_buffer_bytes(int64_t n_ff);
+ * and the output projection's rows as 8-byte entries) for an FFN of n_ff
+ * rows over dim values. It must be zeroed when allocated and then kept
+ * between calls (it carries an epoch). */
+size_t cuda_ffn_ring_buffer_bytes(int64_t n_ff, int64_t dim);
 
 /* Run the FFN on stream, or CS_EUNSUPPORTED with nothing launched where the
  * kernel does not apply (before sm_90, not Q8_0, shapes not multiples of 32,
@@ -44,6 +47,19 @@ int cuda_ffn_ring(float *out, const struct cs_weight *gate, const struct cs_weig
                   const struct cs_weight *down, float *x_out, const float *x, const float *y,
                   const float *norm_w, int dim, float eps, void *buffer, size_t buffer_bytes,
                   struct CUstream_st *stream);
+
+/* y = wo pro(a) (pro: CUDA_MM_PRO_GATED_RMSNORM or _SIGMOID_GATE of one
+ * token, as cuda_matmul_pro_1 takes it), then cuda_ffn_ring on that y, in
+ * one kernel: y itself is never stored. Bitwise the fused GEMV of the
+ * projection followed by cuda_ffn_ring. CS_EUNSUPPORTED, nothing launched,
+ * where cuda_ffn_ring would decline, where wo is not Q8_0 of dim rows with
+ * n_in a multiple of 128, for a head size the GEMV's prologue does not take,
+ * or where out or x_out overlaps a. */
+int cuda_proj_ffn_ring(float *out, const struct cs_weight *wo, const float *a,
+                       const struct cuda_mm_pro *pro, const struct cs_weight *gate,
+                       const struct cs_weight *up, const struct cs_weight *down, float *x_out,
+                       const float *x, const float *norm_w, int dim, float eps, void *buffer,
+                       size_t buffer_bytes, struct CUstream_st *stream);
 
 #ifdef __cplusplus
 }

@@ -32,6 +32,7 @@
 #include "ops_cuda.cuh"
 #include "rms_row.cuh"
 #include "seg_addnorm.cuh"
+#include "seg_prologue.cuh"
 
 #define SEG CS_DOT_SEG_BLOCKS
 #define SEG_WARPS 8
@@ -120,49 +121,6 @@ static __device__ __forceinline__ void seg_load(const struct mm_parts &ps, int u
  * (group, segment), 57-61% of read bandwidth on large matrices; resident
  * blocks with a per-group fence and ticket, little better. The segment of
  * x is quantized once per block. */
-/* The one-token prologue: this warp's 4 blocks of the segment (blocks 4 warp
- * .. 4 warp + 3, so a 128-value head is one warp's) of pro(x), quantized into
- * xs / xds. Each transform is the expression of the op it replaces. */
-static __device__ __forceinline__ void seg_prologue(const struct cuda_mm_pro &pro, const float *x,
-                                                    int b0, int cn, int warp, int lane, int8_t *xs,
-                                                    float *xds)
-{
-    float v[4], a[4], w[4];
-#pragma unroll
-    for (int u = 0; u < 4; u++) {
-        int k = warp * 4 + u, i = (b0 + k) * 32 + lane;   /* i: index in the token's vector */
-        bool in = k < cn;
-        v[u] = in ? __ldg(x + i) : 0.0f;
-        a[u] = 0.0f;
-        w[u] = 0.0f;
-        if (in && pro.kind == CUDA_MM_PRO_SIGMOID_GATE) {
-            int h = i / pro.head_dim;
-            a[u] = __ldg(pro.aux + (size_t)h * pro.aux_head_stride + (i - h * pro.head_dim));
-        } else if (in && pro.kind != CUDA_MM_PRO_NONE) {
-            a[u] = __ldg(pro.aux + i);
-        }
-        if (in && pro.kind == CUDA_MM_PRO_GATED_RMSNORM)
-            w[u] = __ldg(pro.norm_w + u * 32 + lane);
-    }
-    if (pro.kind == CUDA_MM_PRO_GATED_RMSNORM)   /* a whole head, or a warp past cn (all 0) */
-        gated_norm_head_lane(v, a, w, pro.head_dim, pro.eps);
-#pragma unroll
-    for (int u = 0; u < 4; u++) {
-        int k = warp * 4 + u;
-        if (k >= cn)
-            break;
-        float d, e = v[u];
-        if (pro.kind == CUDA_MM_PRO_SWIGLU)
-            e = silu_f(v[u]) * a[u];            /* k_silu_mul */
-        else if (pro.kind == CUDA_MM_PRO_SIGMOID_GATE)
-            e = v[u] * sigmoid_f(a[u]);         /* k_sigmoid_gate */
-        int q = cuda_q8_1_quantize_lane(e, &d);
-        xs[k * 32 + lane] = (int8_t)q;
-        if (lane == 0)
-            xds[k] = d;
-    }
-}
-
 /* The conv epilogue (matmul.h) of output row `row` of part 0: its inputs,
  * loaded by seg_conv_load (issued, not waited for: the CL path issues them
  * before its cluster barrier), then k_conv1d_step's output and state update

@@ -599,6 +599,7 @@ static void table_fill(struct cs_backend *be)
     if (CS_FUSE_CONV)
         be->matmul_add_rmsnorm_conv1d = cuda_op_matmul_add_rmsnorm_conv1d;
     be->ffn_add_rmsnorm = cuda_op_ffn_add_rmsnorm;   /* -DCS_FFN_RING=0: always CS_EUNSUPPORTED */
+    be->proj_ffn_add_rmsnorm = cuda_op_proj_ffn_add_rmsnorm;   /* the same switch */
     be->head_norm_rope = cuda_op_head_norm_rope;
     be->kv_store = cuda_op_kv_store;
     be->qk_norm_rope_store = cuda_op_qk_norm_rope_store;

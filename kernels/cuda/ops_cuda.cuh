@@ -192,6 +192,10 @@ int cuda_op_ffn_add_rmsnorm(struct cs_backend *be, float *out, const struct cs_w
                             const struct cs_weight *up, const struct cs_weight *down, float *x_out,
                             const float *x, const float *y, const float *norm_w, int n_tokens,
                             int dim, float eps);
+int cuda_op_proj_ffn_add_rmsnorm(struct cs_backend *be, float *out, const struct cs_out_proj *p,
+                                 const struct cs_weight *gate, const struct cs_weight *up,
+                                 const struct cs_weight *down, float *x_out, const float *x,
+                                 const float *norm_w, int n_tokens, int dim, float eps);
 int cuda_op_matmul_add_rmsnorm_conv1d(struct cs_backend *be, int n, float *const *ys,
                                       const struct cs_weight *const *ws, float *x_out,
                                       const float *x, const float *y, const float *norm_w,

@@ -4,6 +4,8 @@
  * each falling back to its two launches where the fusion does not apply.
  * The kernels themselves are matmul.h's (matmul.cu, gemv_seg.cu, gemm.cu);
  * ops_cuda.cu puts these in the backend's table. */
+#include <string.h>
+
 #include "cuda_util.cuh"
 #include "ffn_ring.h"
 #include "launch.h"
@@ -163,9 +165,26 @@ int cuda_op_matmul_add_rmsnorm_conv1d(struct cs_backend *be, int n, float *const
     return cuda_matmul_pro_n(n, ys, ws, x, &pro, c->stream);
 }
 
+/* The fused FFN's exchange buffer, grown (zeroed, so its epoch restarts)
+ * only outside a graph recording: CS_EUNSUPPORTED while one records. */
+static int cu_ffn_buffer(struct cuda_ctx *c, int64_t n_ff, int64_t dim)
+{
+    size_t need = cuda_ffn_ring_buffer_bytes(n_ff, dim);
+    if (c->ffn_buf_cap >= need && c->ffn_buf)
+        return CS_OK;
+    int rc = cuda_buffer_reserve(&c->ffn_buf, &c->ffn_buf_cap, need);
+    if (rc == CS_EAGAIN)
+        return CS_EUNSUPPORTED;
+    if (rc != CS_OK)
+        return rc;
+    CS_CUDA_CHECK(cudaMemsetAsync(c->ffn_buf, 0, c->ffn_buf_cap, c->stream));
+    cuda_pdl_barrier();   /* the launch after the memset is plain */
+    return CS_OK;
+}
+
 /* One decode token: the FFN in one kernel (ffn_ring.cu) where it applies;
  * else CS_EUNSUPPORTED, nothing launched (the model runs the two fused
- * matmuls). The exchange buffer grows only outside a graph recording. */
+ * matmuls). */
 int cuda_op_ffn_add_rmsnorm(struct cs_backend *be, float *out, const struct cs_weight *gate,
                             const struct cs_weight *up, const struct cs_weight *down, float *x_out,
                             const float *x, const float *y, const float *norm_w, int n_tokens,
@@ -174,18 +193,49 @@ int cuda_op_ffn_add_rmsnorm(struct cs_backend *be, float *out, const struct cs_w
     struct cuda_ctx *c = cuda_ctx_of(be);
     if (n_tokens != 1 || !gate || !c->ffn_ring_on)
         return CS_EUNSUPPORTED;
-    size_t need = cuda_ffn_ring_buffer_bytes(gate->n_out);
-    if (c->ffn_buf_cap < need || !c->ffn_buf) {
-        int rc = cuda_buffer_reserve(&c->ffn_buf, &c->ffn_buf_cap, need);
-        if (rc == CS_EAGAIN)
-            return CS_EUNSUPPORTED;
-        if (rc != CS_OK)
-            return rc;
-        CS_CUDA_CHECK(cudaMemsetAsync(c->ffn_buf, 0, c->ffn_buf_cap, c->stream));
-        cuda_pdl_barrier();   /* the launch after the memset is plain */
-    }
+    int rc = cu_ffn_buffer(c, gate->n_out, dim);
+    if (rc != CS_OK)
+        return rc;
     return cuda_ffn_ring(out, gate, up, down, x_out, x, y, norm_w, dim, eps, c->ffn_buf,
                          c->ffn_buf_cap, c->stream);
+}
+
+#ifndef CS_PROJ_FFN_RING
+#define CS_PROJ_FFN_RING 1   /* -DCS_PROJ_FFN_RING=0: the FFN alone in the kernel (A/B timing) */
+#endif
+
+/* One decode token: the output projection and the FFN in one kernel
+ * (ffn_ring.cu) where it applies; else CS_EUNSUPPORTED, nothing launched. */
+int cuda_op_proj_ffn_add_rmsnorm(struct cs_backend *be, float *out, const struct cs_out_proj *p,
+                                 const struct cs_weight *gate, const struct cs_weight *up,
+                                 const struct cs_weight *down, float *x_out, const float *x,
+                                 const float *norm_w, int n_tokens, int dim, float eps)
+{
+    struct cuda_ctx *c = cuda_ctx_of(be);
+    if (!CS_PROJ_FFN_RING || n_tokens != 1 || !gate || !p || !p->w || !c->ffn_ring_on)
+        return CS_EUNSUPPORTED;
+    if (p->w->n_in != (int64_t)p->n_heads * p->head_dim)
+        return CS_EINVAL;
+    struct cuda_mm_pro pro;
+    memset(&pro, 0, sizeof pro);
+    pro.aux = p->aux;
+    pro.head_dim = p->head_dim;
+    if (p->kind == CS_OUT_PROJ_GATED_RMSNORM) {
+        pro.kind = CUDA_MM_PRO_GATED_RMSNORM;
+        pro.norm_w = p->norm_w;
+        pro.eps = p->eps;
+    } else if (p->kind == CS_OUT_PROJ_SIGMOID_GATE) {
+        pro.kind = CUDA_MM_PRO_SIGMOID_GATE;
+        pro.aux_head_stride = p->aux_head_stride;
+        pro.aux_token_stride = p->aux_token_stride;
+    } else {
+        return CS_EINVAL;
+    }
+    int rc = cu_ffn_buffer(c, gate->n_out, dim);
+    if (rc != CS_OK)
+        return rc;
+    return cuda_proj_ffn_ring(out, p->w, p->a, &pro, gate, up, down, x_out, x, norm_w, dim, eps,
+                              c->ffn_buf, c->ffn_buf_cap, c->stream);
 }
 
 extern "C" void cuda_ffn_ring_enable(struct cs_backend *be, bool on)

@@ -18,6 +18,15 @@
 #define SEG_AN_UNROLL 1
 #endif
 static constexpr int seg_an_unroll = SEG_AN_UNROLL;   /* #pragma unroll expands no macro */
+
+/* The residual's y (pro.aux) from global memory through the read-only path,
+ * or (AuxGlobal false: ffn_ring.cu's fused output projection) from shared
+ * memory, where the kernel gathered it. The same value either way. */
+template <bool AuxGlobal>
+static __device__ __forceinline__ float seg_an_aux(const float *p)
+{
+    return AuxGlobal ? __ldg(p) : *p;
+}
 /* The add_rmsnorm prologue (CUDA_MM_PRO_ADD_RMSNORM), first half: every
  * block needs the whole row's sum of squares, formed as k_add_rmsnorm's 1024
  * threads form it (rms_row.cuh). Loader warp w plays k_add_rmsnorm's warps
@@ -25,6 +34,7 @@ static constexpr int seg_an_unroll = SEG_AN_UNROLL;   /* #pragma unroll expands 
  * vt + 1024 e), each reduced by warp_sum as block_sum's first level; lane 0
  * leaves the warp's sum in ssw[vw]. One virtual warp at a time: its 16 loads
  * fly together while the first group's weights stay in registers. */
+template <bool AuxGlobal = true>
 static __device__ __forceinline__ void seg_addnorm_sums(const struct cuda_mm_pro &pro,
                                                         const float *x, int n_in, int warp,
                                                         int lane, float *ssw)
@@ -37,7 +47,7 @@ static __device__ __forceinline__ void seg_addnorm_sums(const struct cuda_mm_pro
 #pragma unroll
         for (int e = 0; e < NORM_NPT; e++) {
             int i = vt + e * NORM_THREADS;
-            v[e] = i < n_in ? rms_add(__ldg(x + i), __ldg(pro.aux + i)) : 0.0f;
+            v[e] = i < n_in ? rms_add(__ldg(x + i), seg_an_aux<AuxGlobal>(pro.aux + i)) : 0.0f;
         }
         float ss = warp_sum(rms_sumsq(v));
         if (lane == 0)
@@ -84,6 +94,7 @@ static __device__ __forceinline__ void seg_addnorm_prologue(const struct cuda_mm
  * each value as seg_addnorm_prologue forms it, with the loads of 4 segments
  * (a 4,096-value row) issued before their first use: one round trip where
  * a call per segment took four. xs / xds: the row's nb blocks. */
+template <bool AuxGlobal = true>
 static __device__ __forceinline__ void seg_addnorm_row(const struct cuda_mm_pro &pro,
                                                        const float *x, int n_in, int warp,
                                                        int lane, bool write_sum, const float *ssw,
@@ -100,7 +111,7 @@ static __device__ __forceinline__ void seg_addnorm_row(const struct cuda_mm_pro 
             for (int u = 0; u < 4; u++) {
                 int k = (sg0 + j) * 32 + warp * 4 + u, i = k * 32 + lane;
                 bool in = k < nb;
-                v[j][u] = in ? rms_add(__ldg(x + i), __ldg(pro.aux + i)) : 0.0f;
+                v[j][u] = in ? rms_add(__ldg(x + i), seg_an_aux<AuxGlobal>(pro.aux + i)) : 0.0f;
                 w[j][u] = in ? __ldg(pro.norm_w + i) : 0.0f;
             }
         }
