@@ -9,6 +9,13 @@
  * faster than the two launches; it is the first piece of a persistent
  * decode step (docs/DECODE_RING.md), where its ends would go too.
  *
+ * With PROJ (cuda_proj_ffn_ring) the mixer's output projection runs first:
+ * every block quantizes its input (seg_prologue.cuh, as the GEMV), the
+ * owners of its row groups publish each row as an fp32 LL entry, and every
+ * block waits for all of them before forming x_out and the norm from shared
+ * memory. Bitwise the launches it replaces, but slower than they are
+ * (docs/PERF.md, fifteenth session: the grid-wide wait stalls the ring).
+ *
  * Why (docs/DECODE_RING.md, docs/PERF.md thirteenth session): each decode
  * matrix call costs 8-11 us beyond its bytes at its launch boundary and in
  * its prologue. Here the down matrix's weights stream while gate/up finish,

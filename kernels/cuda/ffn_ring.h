@@ -22,7 +22,9 @@ struct CUstream_st;
 /* Whether a new CUDA backend's ffn_add_rmsnorm runs the fused kernel (1) or
  * declines (0, the model's two fused matmuls). Off: in the whole 9B decode
  * step it measured no faster than the two launches (329 against 331 tok/s,
- * docs/PERF.md fourteenth session); the same bits either way. */
+ * docs/PERF.md fourteenth session), and with the output projection in front
+ * slower (H100: 224 against 264 tok/s, fifteenth session); the same bits
+ * either way. The switch covers both ops. */
 #ifndef CS_FFN_RING_DEFAULT
 #define CS_FFN_RING_DEFAULT 0
 #endif
