@@ -219,6 +219,15 @@ static __device__ __forceinline__ void gemm_store_scales(struct gemm_stage<KB> &
     }
 }
 
+/* How a block's isum becomes fp32; both are exact (|isum| < 2^22), so the
+ * bits are the same. 0: the biased DP4A chain and one FSUB (matmul_int.cuh),
+ * which issues to the FMA pipe that DP4A needs; 1: the I2F conversion, which
+ * issues to the XU pipe (quarter rate, one per 8 DP4A here, otherwise idle),
+ * leaving two fp32 operations per block term on the FMA pipe. */
+#ifndef GEMM_I2F
+#define GEMM_I2F 0
+#endif
+
 /* acc[i][t] = fma(d_w * d_x, isum, acc[i][t]) for block kb of stage st,
  * output by output (numerics.h). */
 template <int KB>
@@ -241,8 +250,12 @@ static __device__ __forceinline__ void gemm_block(float (&acc)[4][8],
         float db = st.bd[kb][warp * 8 + t];
 #pragma unroll
         for (int i = 0; i < 4; i++) {
-            int isum = dot32(a0[i], a1[i], b0, b1, MM_DOT_BIAS);
-            acc[i][t] = __fmaf_rn(__fmul_rn(da[i], db), biased_dot_to_float(isum), acc[i][t]);
+#if GEMM_I2F
+            float fsum = __int2float_rn(dot32(a0[i], a1[i], b0, b1, 0));
+#else
+            float fsum = biased_dot_to_float(dot32(a0[i], a1[i], b0, b1, MM_DOT_BIAS));
+#endif
+            acc[i][t] = __fmaf_rn(__fmul_rn(da[i], db), fsum, acc[i][t]);
         }
     }
 }
