@@ -26,9 +26,7 @@
  *   positions] (lane l reads float2 K^T[d][2l..2l+1], conflict-free, no
  *   padding), then 4 chunks of V, [16 positions][256 dims]. Chunk c + 1
  *   is fetched into registers while chunk c is used (one global round trip
- *   hidden behind ~1,000 FFMAs per thread). Where the device allows 112 KB
- *   a block (not sm_70), two staging buffers take turns: chunk c + 1 is
- *   stored while chunk c is computed, one barrier per chunk instead of two.
+ *   hidden behind ~1,000 FFMAs per thread).
  * - S: s[i][jj] = sum over d ascending of q[r_i][d] k[2 lane + jj][d]
  *   (fmaf), whole dot product in one thread, no cross-thread reduction.
  *   Online softmax per row over each KV tile: the tile's max and sum of a
@@ -319,7 +317,7 @@ static __device__ __forceinline__ float tile_sum(float p0, float p1, int lane)
  * out[t][n_heads * D] for rows with one split; otherwise partials
  * part_acc[prow][D], part_ml[prow] = (m, l), prow = ((tile * CS_ATTN_PTILE +
  * token in tile) * n_heads + head) * n_splits + split. */
-template <typename T, int NTY, bool DB>
+template <typename T, int NTY>
 static __global__ void __launch_bounds__(APF_THREADS(NTY), APF_MIN_BLOCKS)
     k_attn_prefill_tiled(float *out, float *part_acc, float2 *part_ml, struct apf_args a)
 {
@@ -327,8 +325,7 @@ static __global__ void __launch_bounds__(APF_THREADS(NTY), APF_MIN_BLOCKS)
     const int NT = APF_THREADS(NTY), ROWS = 4 * NTY, NW = NT / 32;
     static_assert(ROWS == APF_RPT * NW, "a warp owns APF_RPT rows");
     extern __shared__ __align__(16) float apf_smem[];
-    float *sq = apf_smem, *sbuf0 = sq + ROWS * APF_D, *sbuf1 = DB ? sbuf0 + APF_CHUNK : sbuf0;
-    float *sp = sbuf1 + APF_CHUNK;
+    float *sq = apf_smem, *sbuf = sq + ROWS * APF_D, *sp = sbuf + APF_CHUNK;
     int bx = gridDim.x - 1 - blockIdx.x;   /* the last tiles (longest contexts) first */
     int tile = bx / a.subs, sub = bx - tile * a.subs;
     int h = blockIdx.y, split = blockIdx.z;
@@ -376,36 +373,13 @@ static __global__ void __launch_bounds__(APF_THREADS(NTY), APF_MIN_BLOCKS)
     int n_chunks = (p_end - p_lo + APF_KT - 1) / APF_KT * 8;
     apf_stage<T, NT> st;
     apf_fetch<T, NT>(st, a, seq, h, p_lo, 0, p_end);
-    if (DB) {   /* chunk 0 staged; chunk 1 in registers */
-        apf_put<T, NT>(sbuf0, st, 0);
-        if (n_chunks > 1)
-            apf_fetch<T, NT>(st, a, seq, h, p_lo + (1 >> 3) * APF_KT, 1, p_end);
-        __syncthreads();
-    }
     for (int gc = 0; gc < n_chunks; gc++) {
         int ci = gc & 7, p0 = p_lo + (gc >> 3) * APF_KT;
-        const float *sbuf = (gc & 1) ? sbuf1 : sbuf0;
-        if (DB) {
-            /* Two staging buffers, one barrier per chunk: the chunk staged
-             * last iteration is computed while the next one is stored into
-             * the other buffer (read by the previous chunk, which every warp
-             * finished before the last barrier) after this warp's share. */
-            if (gc > 0)
-                __syncthreads();
-            if (gc + 1 < n_chunks) {
-                apf_put<T, NT>((gc & 1) ? sbuf0 : sbuf1, st, (gc + 1) & 7);
-                if (gc + 2 < n_chunks)
-                    apf_fetch<T, NT>(st, a, seq, h, p_lo + ((gc + 2) >> 3) * APF_KT,
-                                     (gc + 2) & 7, p_end);
-            }
-        } else {
-            __syncthreads();   /* the previous chunk (and Q, P writes) done with */
-            apf_put<T, NT>(sbuf0, st, ci);
-            __syncthreads();
-            if (gc + 1 < n_chunks)
-                apf_fetch<T, NT>(st, a, seq, h, p_lo + ((gc + 1) >> 3) * APF_KT, (gc + 1) & 7,
-                                 p_end);
-        }
+        __syncthreads();   /* the previous chunk (and Q, P writes) done with */
+        apf_put<T, NT>(sbuf, st, ci);
+        __syncthreads();
+        if (gc + 1 < n_chunks)
+            apf_fetch<T, NT>(st, a, seq, h, p_lo + ((gc + 1) >> 3) * APF_KT, (gc + 1) & 7, p_end);
         if (ci >= 4) {
             apf_pv<NW>(acc, p_row + (ci - 4) * APF_VC, sbuf + 4 * lane);
             continue;
@@ -522,33 +496,28 @@ static __global__ void __launch_bounds__(APF_D)
 
 /* ---- host ---- */
 
-static size_t apf_smem_bytes(int nty, bool db)
+static size_t apf_smem_bytes(int nty)
 {
-    return ((size_t)4 * nty * APF_D + (db ? 2 : 1) * APF_CHUNK + (size_t)4 * nty * APF_KT) *
-           sizeof(float);
+    return ((size_t)4 * nty * APF_D + APF_CHUNK + (size_t)4 * nty * APF_KT) * sizeof(float);
 }
 
-/* Double-buffered staging (one barrier per chunk) where the device lets a
- * block have the extra 16 KB: 112 KB at NTY 16, past sm_70's 96 KB. The
- * bits are the same either way. APF_DB=0 turns it off. */
-#ifndef APF_DB
-#define APF_DB 1
-#endif
-
-template <typename T, int NTY, bool DB>
+template <typename T, int NTY>
 static int apf_launch(struct cuda_ctx *c, float *out, struct apf_args a, int n_tiles)
 {
     const struct cuda_batch *cb = &c->batch;
-    size_t smem = apf_smem_bytes(NTY, DB);
+    size_t smem = apf_smem_bytes(NTY);
+    /* asked and set once per context (one device), not every layer and step */
+    if (!c->smem_optin)
+        CS_CUDA_CHECK(cudaDeviceGetAttribute(&c->smem_optin,
+                                             cudaDevAttrMaxSharedMemoryPerBlockOptin, c->device));
     if ((size_t)c->smem_optin < smem) {
         LOG_ERROR("cuda", "attention prefill: needs %zu bytes of shared memory per block, device "
                   "allows %d", smem, c->smem_optin);
         return CS_EUNSUPPORTED;
     }
-    /* NTY 8, 12, 16 x F32/F16 x DB */
-    unsigned bit = 1u << (2 * (NTY / 4 - 2) + (sizeof(T) == 2 ? 1 : 0) + (DB ? 6 : 0));
+    unsigned bit = 1u << (2 * (NTY / 4 - 2) + (sizeof(T) == 2 ? 1 : 0));   /* NTY 8, 12, 16 */
     if (!(c->apf_smem_set & bit)) {
-        CS_CUDA_CHECK(cudaFuncSetAttribute(k_attn_prefill_tiled<T, NTY, DB>,
+        CS_CUDA_CHECK(cudaFuncSetAttribute(k_attn_prefill_tiled<T, NTY>,
                                            cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
         c->apf_smem_set |= bit;
     }
@@ -569,7 +538,7 @@ static int apf_launch(struct cuda_ctx *c, float *out, struct apf_args a, int n_t
         int n = n_tiles - t0 < pass ? n_tiles - t0 : pass;
         a.tiles = cb->ptiles + t0;
         dim3 grid((unsigned)n * a.subs, a.n_kv, a.n_splits);
-        CS_CUDA_CHECK(cuda_launch(k_attn_prefill_tiled<T, NTY, DB>, grid, APF_THREADS(NTY), smem,
+        CS_CUDA_CHECK(cuda_launch(k_attn_prefill_tiled<T, NTY>, grid, APF_THREADS(NTY), smem,
                                   c->stream, out, acc, ml, a));
         if (a.n_splits > 1)
             CS_CUDA_CHECK(cuda_launch(k_attn_prefill_combine, dim3(n, a.n_heads, CS_ATTN_PTILE),
@@ -586,26 +555,14 @@ static int apf_nty(int G)
     return G <= 2 ? 8 : (G == 3 || G == 5 || G == 6) ? 12 : 16;
 }
 
-template <typename T, bool DB>
-static int apf_dispatch_db(struct cuda_ctx *c, float *out, struct apf_args a, int n_tiles)
-{
-    switch (apf_nty(a.group)) {
-    case 8: return apf_launch<T, 8, DB>(c, out, a, n_tiles);
-    case 12: return apf_launch<T, 12, DB>(c, out, a, n_tiles);
-    default: return apf_launch<T, 16, DB>(c, out, a, n_tiles);
-    }
-}
-
 template <typename T>
 static int apf_dispatch(struct cuda_ctx *c, float *out, struct apf_args a, int n_tiles)
 {
-    /* asked once per context (one device), not every layer and step */
-    if (!c->smem_optin)
-        CS_CUDA_CHECK(cudaDeviceGetAttribute(&c->smem_optin,
-                                             cudaDevAttrMaxSharedMemoryPerBlockOptin, c->device));
-    if (APF_DB && (size_t)c->smem_optin >= apf_smem_bytes(apf_nty(a.group), true))
-        return apf_dispatch_db<T, true>(c, out, a, n_tiles);
-    return apf_dispatch_db<T, false>(c, out, a, n_tiles);
+    switch (apf_nty(a.group)) {
+    case 8: return apf_launch<T, 8>(c, out, a, n_tiles);
+    case 12: return apf_launch<T, 12>(c, out, a, n_tiles);
+    default: return apf_launch<T, 16>(c, out, a, n_tiles);
+    }
 }
 
 extern "C" int cuda_attn_prefill(struct cuda_ctx *c, float *out, const float *q,
