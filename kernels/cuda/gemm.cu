@@ -220,12 +220,19 @@ static __device__ __forceinline__ void gemm_store_scales(struct gemm_stage<KB> &
 }
 
 /* How a block's isum becomes fp32; both are exact (|isum| < 2^22), so the
- * bits are the same. 0: the biased DP4A chain and one FSUB (matmul_int.cuh),
- * which issues to the FMA pipe that DP4A needs; 1: the I2F conversion, which
- * issues to the XU pipe (quarter rate, one per 8 DP4A here, otherwise idle),
- * leaving two fp32 operations per block term on the FMA pipe. */
+ * bits are the same. 0: the biased DP4A chain and one FSUB (matmul_int.cuh);
+ * 1: I2FP (sm_86+, the ALU pipe), which leaves two fp32 operations per
+ * block term on the FMA pipes that DP4A shares from sm_80 on. On an H100 1
+ * gave the 9B prefill matrices 70.3% of the DP4A peak against 69.3% (27B
+ * 70.7 against 69.6; docs/PERF.md, sixteenth session). sm_70 keeps 0: its
+ * FP32 pipe is separate from the integer pipe DP4A uses, and I2F there is
+ * quarter rate. */
 #ifndef GEMM_I2F
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#define GEMM_I2F 1
+#else
 #define GEMM_I2F 0
+#endif
 #endif
 
 /* acc[i][t] = fma(d_w * d_x, isum, acc[i][t]) for block kb of stage st,
