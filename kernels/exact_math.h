@@ -116,6 +116,18 @@ XM_FN float xm_exp_nonpos(float x)
     return XM_MUL(p, xm_float((k + 127) << 23));
 }
 
+/* The int8 quantization of a vector for attention's DP4A scores (prefill
+ * over an F16 KV cache: kernels/cuda/attention_prefill.cu and its CPU
+ * mirror): one scale per vector, d = amax / 127, q = rint(x * (127 / amax))
+ * to nearest even by the 1.5 * 2^23 shifter in one fused rounding (|q| <=
+ * 127). An all-zero vector has d = 0 and q = 0. */
+XM_FN float xm_q8_scale(float amax) { return XM_DIV(amax, 127.0f); }
+XM_FN float xm_q8_inv_scale(float amax) { return amax > 0.0f ? XM_DIV(127.0f, amax) : 0.0f; }
+XM_FN int32_t xm_q8_round(float x, float inv_scale)
+{
+    return xm_bits(XM_FMA(x, inv_scale, 12582912.0f)) - 0x4B400000;
+}
+
 /* ln x for a positive normal finite x (the only inputs it gets here), as
  * fdlibm's logf: x = (1 + f) 2^k with 1 + f in [sqrt(1/2), sqrt(2)); s = f /
  * (2 + f), R = the series of 2 atanh(s) - 2s in z = s^2 to z^5, then

@@ -12,6 +12,8 @@
  *    kernels/cuda/attention_decode.cu, dec_block + k_attn_combine (dec_item);
  *  - prefill (a sequence with several tokens): attention_prefill.cu,
  *    k_attn_prefill_tiled + k_attn_prefill_combine (apf_item).
+ * Over an F16 KV cache the prefill scores are int8 DP4A dots on both sides
+ * (kernels/attn_numerics.h), over F32 fp32 chains.
  * An FFMA there is fmaf here (this file compiles with -ffp-contract=off), an
  * exp is xm_exp_nonpos (kernels/exact_math.h), __fdiv_rn is /, each warp shuffle
  * reduction is emulated in its own tree order, fp16 converts exactly (as
@@ -36,6 +38,7 @@
 #include "../../common/gguf.h"
 #include "../../common/log.h"
 #include "../../common/status.h"
+#include "../attn_numerics.h"
 #include "../exact_math.h"
 #include "cpu.h"
 
@@ -372,12 +375,45 @@ ATT_HOT static void dec_item(const struct attn_job *j, int t, int h, float *sc)
 
 /* ---- prefill: attention_prefill.cu ---- */
 
-/* Scratch floats of apf_item for R rows over positions 0..max_pos. */
+/* Scratch floats of apf_item for R rows over positions 0..max_pos (the
+ * last line: the int8 scores' Q and K rows, as int32 words, and scales). */
 static size_t apf_scratch(int D, int R, int32_t max_pos)
 {
     size_t n_s = (size_t)(max_pos / ATT_SPLIT + 1);
     return (size_t)R * D + 2 * (size_t)D * ATT_KT + 2 * ATT_KT + (size_t)R * (D + 2) +
-           (size_t)R * n_s * (D + 2);
+           (size_t)R * n_s * (D + 2) +
+           (size_t)(R + ATT_KT) * ((D + 3) / 4) + (size_t)R + ATT_KT;
+}
+
+/* attn_numerics.h: row x (n values) as int8 with one scale; returns d. */
+ATT_INLINE float apf_q8_row(int8_t *q, const float *x, int n)
+{
+    float amax = 0.0f;
+    for (int d = 0; d < n; d++)
+        amax = att_max(amax, fabsf(x[d]));
+    float inv = xm_q8_inv_scale(amax);
+    for (int d = 0; d < n; d++)
+        q[d] = (int8_t)xm_q8_round(x[d], inv);
+    return xm_q8_scale(amax);
+}
+
+/* The int8 scores of a tile (attn_numerics.h): s[c] = (float)(q8 . k8[c])
+ * * (dq * dk[c]), as k_attn_prefill_tiled's DP4A path (the integer dot is
+ * exact, so its order does not matter). */
+ATT_INLINE void apf_scores_q8(float *s, const int8_t *q8, float dq, const int8_t *k8,
+                              const float *dk, int np, int D)
+{
+    for (int c = 0; c < ATT_KT; c++) {
+        if (c >= np) {
+            s[c] = 0.0f;
+            continue;
+        }
+        const int8_t *k = k8 + (size_t)c * D;
+        int32_t isum = 0;
+        for (int d = 0; d < D; d++)
+            isum += (int32_t)q8[d] * (int32_t)k[d];
+        s[c] = XM_MUL((float)isum, XM_MUL(dq, dk[c]));
+    }
 }
 
 /* tile_sum: a row's sum of p over the 64 positions of a tile, per group of 4
@@ -421,13 +457,19 @@ ATT_HOT static void apf_item(const struct attn_job *j, int t0, int nt, int h, fl
     float *qs = sc, *kt = qs + (size_t)R * D, *vt = kt + (size_t)D * ATT_KT;
     float *sv = vt + (size_t)ATT_KT * D, *pv = sv + ATT_KT, *acc = pv + ATT_KT;
     float *m = acc + (size_t)R * D, *l = m + R, *part = l + R;   /* part [R][n_s][D + 2] */
+    const int q8s = cs_attn_q8_scores(j->kv->kv_type);
+    float *q8_end = part + (size_t)R * n_s * (D + 2);
+    int8_t *q8 = (int8_t *)q8_end, *k8 = q8 + (size_t)R * ((D + 3) / 4) * 4;
+    float *dq = (float *)(k8 + (size_t)ATT_KT * ((D + 3) / 4) * 4), *dk = dq + R;
     const float *vr[ATT_KT];
-    /* Q rows, scaled */
+    /* Q rows, scaled (and as int8 for the int8 scores) */
     for (int r = 0; r < R; r++) {
         const float *q = j->q + (size_t)(t0 + r / g) * j->q_token_stride +
                          (size_t)(h * g + r % g) * j->q_head_stride;
         for (int d = 0; d < D; d++)
             qs[(size_t)r * D + d] = q[d] * j->scale;
+        if (q8s)
+            dq[r] = apf_q8_row(q8 + (size_t)r * D, qs + (size_t)r * D, D);
     }
     for (int s = 0; s < n_s; s++) {
         int p_lo = s * ATT_SPLIT, hi = att_min(p_lo + ATT_SPLIT, max_pos + 1);
@@ -443,6 +485,8 @@ ATT_HOT static void apf_item(const struct attn_job *j, int t0, int nt, int h, fl
                 const float *k = att_row(j, seq, p0 + c, 0, h, vt + (size_t)c * D);
                 for (int d = 0; d < D; d++)
                     kt[(size_t)d * ATT_KT + c] = k[d];
+                if (q8s)
+                    dk[c] = apf_q8_row(k8 + (size_t)c * D, k, D);
             }
             for (int d = 0; d < D; d++)
                 for (int c = np; c < ATT_KT; c++)
@@ -454,7 +498,10 @@ ATT_HOT static void apf_item(const struct attn_job *j, int t0, int nt, int h, fl
                 if (qp < p0)
                     continue;
                 int nj = att_min(np, qp - p0 + 1);   /* positions past qp are -inf */
-                apf_scores(sv, qs + (size_t)r * D, kt, D);
+                if (q8s)
+                    apf_scores_q8(sv, q8 + (size_t)r * D, dq[r], k8, dk, np, D);
+                else
+                    apf_scores(sv, qs + (size_t)r * D, kt, D);
                 float mx = -INFINITY;
                 for (int c = 0; c < nj; c++)
                     mx = att_max(mx, sv[c]);

@@ -59,6 +59,7 @@
 #include <cuda_fp16.h>
 
 #include "../../common/gguf.h"
+#include "../attn_numerics.h"
 #include "../exact_math.h"
 #include "attention_prefill.h"
 #include "cuda_util.cuh"
@@ -89,6 +90,8 @@ struct apf_args {
     float scale;
     const int32_t *pos, *seq_of, *page_table;
     const int2 *tiles;                   /* this pass's host tiles */
+    const int32_t *k8;                   /* int8 scores: K rows as int8, 64 words each */
+    const float *kd;                     /* and their scales (attn_numerics.h) */
 };
 
 /* ---- staging of K and V chunks ---- */
@@ -119,6 +122,118 @@ static __device__ __forceinline__ const T *apf_row(const struct apf_args &a, int
     return (const T *)a.pages + (size_t)pg * 2 * a.page_size * row +
            (size_t)which * a.page_size * row + (size_t)(pos - pi * a.page_size) * row +
            (size_t)h * APF_D;
+}
+
+/* The int8 scores (kernels/attn_numerics.h): the int8 copy of the K pages
+ * has one row of 64 words (256 int8, word w = dims 4w..4w + 3) per (page,
+ * slot, kv head), at the row index below, and one scale per row; -1 when the
+ * position's page is out of range (its K reads as zeros, as apf_row's). */
+static __device__ __forceinline__ long long apf_k8_row(const struct apf_args &a, int seq, int h,
+                                                       int pos)
+{
+    int pi = pos / a.page_size;
+    int pg = pi < a.max_pages ? a.page_table[(size_t)seq * a.max_pages + pi] : -1;
+    if (pg < 0 || pg >= a.n_pages)
+        return -1;
+    return ((long long)pg * a.page_size + (pos - pi * a.page_size)) * a.n_kv + h;
+}
+
+/* Before the attention of a step: positions 0..max of every prefill
+ * sequence (one with several tokens in the step), every kv head, quantized
+ * into the int8 copy. Block (position block, kv head, sequence); a warp per
+ * position, lane l holds dims 8l..8l + 7. Positions are quantized once per
+ * layer and step, not once per query tile that reads them. */
+static __global__ void __launch_bounds__(256)
+    k_attn_prefill_k8(int32_t *k8, float *kd, struct apf_args a, const int32_t *seq_start)
+{
+    cuda_pdl_enter();   /* launch.cuh: before any read or write (kv_store wrote K) */
+    int seq = blockIdx.z, h = blockIdx.y;
+    int t0 = seq_start[seq], t1 = seq_start[seq + 1];
+    if (t1 - t0 < 2)
+        return;   /* a decode token: attention_decode.cu, fp32 scores */
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int max_pos = -1;
+    for (int t = t0 + lane; t < t1; t += 32)
+        max_pos = max(max_pos, a.pos[t]);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        max_pos = max(max_pos, __shfl_xor_sync(CS_FULL_MASK, max_pos, o));
+    for (int p = blockIdx.x * 8 + warp; p <= max_pos; p += gridDim.x * 8) {
+        long long row = apf_k8_row(a, seq, h, p);
+        if (row < 0)
+            continue;
+        const __half *src = apf_row<__half>(a, seq, h, p, 0);
+        int4 raw = __ldg((const int4 *)src + lane);
+        const __half2 *h2 = (const __half2 *)&raw;
+        float f[8];
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            float2 x = __half22float2(h2[k]);
+            f[2 * k] = x.x, f[2 * k + 1] = x.y;
+        }
+        float amax = 0.0f;
+#pragma unroll
+        for (int k = 0; k < 8; k++)
+            amax = fmaxf(amax, fabsf(f[k]));
+        amax = warp_max(amax);
+        float inv = xm_q8_inv_scale(amax);
+        int w[2] = {0, 0};
+#pragma unroll
+        for (int k = 0; k < 8; k++)
+            w[k / 4] |= (xm_q8_round(f[k], inv) & 0xff) << (8 * (k % 4));
+        ((int2 *)(k8 + row * 64))[lane] = make_int2(w[0], w[1]);
+        if (lane == 0)
+            kd[row] = xm_q8_scale(amax);
+    }
+}
+
+/* Fetch K8 chunk hc (words 32 hc..32 hc + 31 of the tile's 64 positions
+ * at p0; 32 B of one position per thread and round, lanes on consecutive
+ * positions) into r.v[2 it], r.v[2 it + 1]; with hc 0, thread j < 64 also
+ * takes position j's scale into *kdv. Positions >= p_end read as zeros. */
+template <typename T, int NT>
+static __device__ __forceinline__ void apf_fetch_k8(apf_stage<T, NT> &r, float *kdv,
+                                                    const struct apf_args &a, int seq, int h,
+                                                    int p0, int hc, int p_end)
+{
+    const int IT = (APF_KT * 4 + NT - 1) / NT;   /* 256 pairs of 32 B a chunk */
+#pragma unroll
+    for (int it = 0; it < IT; it++) {
+        int c = threadIdx.x + it * NT;
+        int j = c % APF_KT, e = c / APF_KT;       /* position, 8-word group */
+        r.v[2 * it] = r.v[2 * it + 1] = make_int4(0, 0, 0, 0);
+        if (c < APF_KT * 4 && p0 + j < p_end) {
+            long long row = apf_k8_row(a, seq, h, p0 + j);
+            if (row >= 0) {
+                const int4 *src = (const int4 *)(a.k8 + row * 64 + 32 * hc + 8 * e);
+                r.v[2 * it] = __ldg(src);
+                r.v[2 * it + 1] = __ldg(src + 1);
+            }
+        }
+    }
+    if (hc == 0 && threadIdx.x < APF_KT) {
+        int j = threadIdx.x;
+        long long row = p0 + j < p_end ? apf_k8_row(a, seq, h, p0 + j) : -1;
+        *kdv = row >= 0 ? __ldg(a.kd + row) : 0.0f;
+    }
+}
+
+/* Store a fetched K8 chunk transposed, [32 words][64 positions] (int32). */
+template <typename T, int NT>
+static __device__ __forceinline__ void apf_put_k8(int *buf, const apf_stage<T, NT> &r)
+{
+    const int IT = (APF_KT * 4 + NT - 1) / NT;
+#pragma unroll
+    for (int it = 0; it < IT; it++) {
+        int c = threadIdx.x + it * NT;
+        if (c >= APF_KT * 4)
+            break;
+        int j = c % APF_KT, e = c / APF_KT;
+        const int *w = (const int *)&r.v[2 * it];
+#pragma unroll
+        for (int k = 0; k < 8; k++)
+            buf[(8 * e + k) * APF_KT + j] = w[k];
+    }
 }
 
 /* Fetch chunk ci (0-3: K dims [64 ci, 64 ci + 64); 4-7: V positions
@@ -265,6 +380,32 @@ static __device__ __forceinline__ void apf_scores(float (&s)[APF_RPT][2], const 
     }
 }
 
+/* The int8 scores: s[i][jj] += the DP4A dots of Q8 row r_i and K8^T column
+ * 2 lane + jj over the 32 words of K8 chunk (qr: row r_0's words of the
+ * chunk, row i at qr + i NW 64; kt: the chunk at column 2 lane). */
+template <int NW>
+static __device__ __forceinline__ void apf_scores_q8(int (&s)[APF_RPT][2], const int *qr,
+                                                     const int *kt)
+{
+#pragma unroll
+    for (int g = 0; g < 8; g++) {
+        int4 qv[APF_RPT];
+#pragma unroll
+        for (int i = 0; i < APF_RPT; i++)
+            qv[i] = *(const int4 *)(qr + i * NW * 64 + 4 * g);
+#pragma unroll
+        for (int ww = 0; ww < 4; ww++) {
+            int2 kv = *(const int2 *)(kt + (4 * g + ww) * APF_KT);
+#pragma unroll
+            for (int i = 0; i < APF_RPT; i++) {
+                int qw = ww == 0 ? qv[i].x : ww == 1 ? qv[i].y : ww == 2 ? qv[i].z : qv[i].w;
+                s[i][0] = __dp4a(qw, kv.x, s[i][0]);
+                s[i][1] = __dp4a(qw, kv.y, s[i][1]);
+            }
+        }
+    }
+}
+
 /* acc[i][k] += P[r_i][j] V[j][128k + 4 lane + 0..3] over the 16 positions of
  * V chunk vc (pr: row r_0 of P at the chunk; vt: the chunk at dim 4 lane). */
 template <int NW>
@@ -317,15 +458,25 @@ static __device__ __forceinline__ float tile_sum(float p0, float p1, int lane)
  * out[t][n_heads * D] for rows with one split; otherwise partials
  * part_acc[prow][D], part_ml[prow] = (m, l), prow = ((tile * CS_ATTN_PTILE +
  * token in tile) * n_heads + head) * n_splits + split. */
-template <typename T, int NTY>
+template <typename T, int NTY, bool Q8>
 static __global__ void __launch_bounds__(APF_THREADS(NTY), APF_MIN_BLOCKS)
     k_attn_prefill_tiled(float *out, float *part_acc, float2 *part_ml, struct apf_args a)
 {
     cuda_pdl_enter();   /* launch.cuh: before any read or write */
     const int NT = APF_THREADS(NTY), ROWS = 4 * NTY, NW = NT / 32;
     static_assert(ROWS == APF_RPT * NW, "a warp owns APF_RPT rows");
+    static_assert(!Q8 || sizeof(T) == 2, "int8 scores over an F16 cache only");
+    /* chunks of a KV tile: K (4 of fp32, or 2 of int8 words), then 4 of V */
+    const int NKC = Q8 ? 2 : 4, NCH = NKC + 4;
     extern __shared__ __align__(16) float apf_smem[];
-    float *sq = apf_smem, *sbuf = sq + ROWS * APF_D, *sp = sbuf + APF_CHUNK;
+    /* fp32 scores: Q [ROWS][256] scaled; int8 scores: Q8 [ROWS][64 words],
+     * then the rows' scales. Then the staging buffer, P [ROWS][64] and (int8
+     * scores) the tile's K scales. */
+    float *sq = apf_smem;
+    int *sq8 = (int *)apf_smem;
+    float *sqd = apf_smem + ROWS * (APF_D / 4);
+    float *sbuf = Q8 ? sqd + ROWS : sq + ROWS * APF_D, *sp = sbuf + APF_CHUNK;
+    float *skd = sp + ROWS * APF_KT;
     int bx = gridDim.x - 1 - blockIdx.x;   /* the last tiles (longest contexts) first */
     int tile = bx / a.subs, sub = bx - tile * a.subs;
     int h = blockIdx.y, split = blockIdx.z;
@@ -347,18 +498,50 @@ static __global__ void __launch_bounds__(APF_THREADS(NTY), APF_MIN_BLOCKS)
     int G = a.group, n_rows = nt * G;
 
     /* Q rows, scaled; row r: token t0 + r / G, head h * G + r % G */
-    for (int c = tid; c < ROWS * (APF_D / 4); c += NT) {
-        int r = c / (APF_D / 4), g = c % (APF_D / 4);
-        float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        if (r < n_rows) {
-            const float *qr = a.q + (size_t)(t0 + r / G) * a.q_ts +
-                              (size_t)(h * G + r % G) * a.q_hs + 4 * g;
-            v = make_float4(qr[0] * a.scale, qr[1] * a.scale, qr[2] * a.scale, qr[3] * a.scale);
+    if (Q8) {
+        /* each warp its own rows r_i: lane l holds dims 4l.. and 128 + 4l..,
+         * words l and 32 + l (attn_numerics.h, as the CPU's apf_q8_row) */
+#pragma unroll 1
+        for (int i = 0; i < APF_RPT; i++) {
+            int r = warp + NW * i;
+            float f[8] = {};
+            if (r < n_rows) {
+                const float *qr = a.q + (size_t)(t0 + r / G) * a.q_ts + (size_t)(h * G + r % G) * a.q_hs;
+#pragma unroll
+                for (int k = 0; k < 8; k++)
+                    f[k] = qr[128 * (k / 4) + 4 * lane + k % 4] * a.scale;
+            }
+            float amax = 0.0f;
+#pragma unroll
+            for (int k = 0; k < 8; k++)
+                amax = fmaxf(amax, fabsf(f[k]));
+            amax = warp_max(amax);
+            float inv = xm_q8_inv_scale(amax);
+            int w[2] = {0, 0};
+#pragma unroll
+            for (int k = 0; k < 8; k++)
+                w[k / 4] |= (xm_q8_round(f[k], inv) & 0xff) << (8 * (k % 4));
+            sq8[r * 64 + lane] = w[0];
+            sq8[r * 64 + 32 + lane] = w[1];
+            if (lane == 0)
+                sqd[r] = xm_q8_scale(amax);
         }
-        *(float4 *)(sq + r * APF_D + 4 * g) = v;
+    } else {
+        for (int c = tid; c < ROWS * (APF_D / 4); c += NT) {
+            int r = c / (APF_D / 4), g = c % (APF_D / 4);
+            float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            if (r < n_rows) {
+                const float *qr = a.q + (size_t)(t0 + r / G) * a.q_ts +
+                                  (size_t)(h * G + r % G) * a.q_hs + 4 * g;
+                v = make_float4(qr[0] * a.scale, qr[1] * a.scale, qr[2] * a.scale,
+                                qr[3] * a.scale);
+            }
+            *(float4 *)(sq + r * APF_D + 4 * g) = v;
+        }
     }
     int qpos[APF_RPT];
     float m[APF_RPT], l[APF_RPT], s[APF_RPT][2] = {};
+    int si[APF_RPT][2] = {};
     float4 acc[APF_RPT][2];
 #pragma unroll
     for (int i = 0; i < APF_RPT; i++) {
@@ -370,28 +553,63 @@ static __global__ void __launch_bounds__(APF_THREADS(NTY), APF_MIN_BLOCKS)
     }
     const float *q_row = sq + warp * APF_D, *p_row = sp + warp * APF_KT;
 
-    int n_chunks = (p_end - p_lo + APF_KT - 1) / APF_KT * 8;
+    int n_chunks = (p_end - p_lo + APF_KT - 1) / APF_KT * NCH;
     apf_stage<T, NT> st;
-    apf_fetch<T, NT>(st, a, seq, h, p_lo, 0, p_end);
+    float kdv = 0.0f;
+    if (Q8)
+        apf_fetch_k8<T, NT>(st, &kdv, a, seq, h, p_lo, 0, p_end);
+    else
+        apf_fetch<T, NT>(st, a, seq, h, p_lo, 0, p_end);
     for (int gc = 0; gc < n_chunks; gc++) {
-        int ci = gc & 7, p0 = p_lo + (gc >> 3) * APF_KT;
+        int kt = gc / NCH, ci = gc - kt * NCH, p0 = p_lo + kt * APF_KT;
         __syncthreads();   /* the previous chunk (and Q, P writes) done with */
-        apf_put<T, NT>(sbuf, st, ci);
+        if (Q8 && ci < NKC) {
+            apf_put_k8<T, NT>((int *)sbuf, st);
+            if (ci == 0 && tid < APF_KT)
+                skd[tid] = kdv;
+        } else {
+            apf_put<T, NT>(sbuf, st, ci + 4 - NKC);
+        }
         __syncthreads();
-        if (gc + 1 < n_chunks)
-            apf_fetch<T, NT>(st, a, seq, h, p_lo + ((gc + 1) >> 3) * APF_KT, (gc + 1) & 7, p_end);
-        if (ci >= 4) {
-            apf_pv<NW>(acc, p_row + (ci - 4) * APF_VC, sbuf + 4 * lane);
+        if (gc + 1 < n_chunks) {
+            int kn = (gc + 1) / NCH, cn = gc + 1 - kn * NCH;
+            if (Q8 && cn < NKC)
+                apf_fetch_k8<T, NT>(st, &kdv, a, seq, h, p_lo + kn * APF_KT, cn, p_end);
+            else
+                apf_fetch<T, NT>(st, a, seq, h, p_lo + kn * APF_KT, cn + 4 - NKC, p_end);
+        }
+        if (ci >= NKC) {
+            apf_pv<NW>(acc, p_row + (ci - NKC) * APF_VC, sbuf + 4 * lane);
             continue;
         }
-        if (ci == 0) {
+        if (Q8) {
+            if (ci == 0) {
 #pragma unroll
-            for (int i = 0; i < APF_RPT; i++)
-                s[i][0] = s[i][1] = 0.0f;
+                for (int i = 0; i < APF_RPT; i++)
+                    si[i][0] = si[i][1] = 0;
+            }
+            apf_scores_q8<NW>(si, sq8 + warp * 64 + 32 * ci, (const int *)sbuf + 2 * lane);
+            if (ci != NKC - 1)
+                continue;
+            /* s = (float)isum * (d_q * d_k), as the CPU's apf_scores_q8 */
+#pragma unroll
+            for (int i = 0; i < APF_RPT; i++) {
+                float dq = sqd[warp + NW * i];
+#pragma unroll
+                for (int jj = 0; jj < 2; jj++)
+                    s[i][jj] = __fmul_rn(__int2float_rn(si[i][jj]),
+                                         __fmul_rn(dq, skd[2 * lane + jj]));
+            }
+        } else {
+            if (ci == 0) {
+#pragma unroll
+                for (int i = 0; i < APF_RPT; i++)
+                    s[i][0] = s[i][1] = 0.0f;
+            }
+            apf_scores<NW>(s, q_row + ci * APF_KC, sbuf + 2 * lane);
+            if (ci != NKC - 1)
+                continue;
         }
-        apf_scores<NW>(s, q_row + ci * APF_KC, sbuf + 2 * lane);
-        if (ci != 3)
-            continue;
         /* online softmax over this KV tile: positions p0 + 2 lane + jj */
 #pragma unroll
         for (int i = 0; i < APF_RPT; i++) {
@@ -496,28 +714,27 @@ static __global__ void __launch_bounds__(APF_D)
 
 /* ---- host ---- */
 
-static size_t apf_smem_bytes(int nty)
+static size_t apf_smem_bytes(int nty, bool q8)
 {
-    return ((size_t)4 * nty * APF_D + APF_CHUNK + (size_t)4 * nty * APF_KT) * sizeof(float);
+    size_t rows = (size_t)4 * nty;
+    size_t q = q8 ? rows * (APF_D / 4) + rows : rows * APF_D;
+    return (q + APF_CHUNK + rows * APF_KT + (q8 ? APF_KT : 0)) * sizeof(float);
 }
 
-template <typename T, int NTY>
+template <typename T, int NTY, bool Q8>
 static int apf_launch(struct cuda_ctx *c, float *out, struct apf_args a, int n_tiles)
 {
     const struct cuda_batch *cb = &c->batch;
-    size_t smem = apf_smem_bytes(NTY);
-    /* asked and set once per context (one device), not every layer and step */
-    if (!c->smem_optin)
-        CS_CUDA_CHECK(cudaDeviceGetAttribute(&c->smem_optin,
-                                             cudaDevAttrMaxSharedMemoryPerBlockOptin, c->device));
+    size_t smem = apf_smem_bytes(NTY, Q8);
     if ((size_t)c->smem_optin < smem) {
         LOG_ERROR("cuda", "attention prefill: needs %zu bytes of shared memory per block, device "
                   "allows %d", smem, c->smem_optin);
         return CS_EUNSUPPORTED;
     }
-    unsigned bit = 1u << (2 * (NTY / 4 - 2) + (sizeof(T) == 2 ? 1 : 0));   /* NTY 8, 12, 16 */
+    /* NTY 8, 12, 16 x F32, F16, F16 with int8 scores */
+    unsigned bit = 1u << (3 * (NTY / 4 - 2) + (Q8 ? 2 : sizeof(T) == 2 ? 1 : 0));
     if (!(c->apf_smem_set & bit)) {
-        CS_CUDA_CHECK(cudaFuncSetAttribute(k_attn_prefill_tiled<T, NTY>,
+        CS_CUDA_CHECK(cudaFuncSetAttribute(k_attn_prefill_tiled<T, NTY, Q8>,
                                            cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
         c->apf_smem_set |= bit;
     }
@@ -538,7 +755,7 @@ static int apf_launch(struct cuda_ctx *c, float *out, struct apf_args a, int n_t
         int n = n_tiles - t0 < pass ? n_tiles - t0 : pass;
         a.tiles = cb->ptiles + t0;
         dim3 grid((unsigned)n * a.subs, a.n_kv, a.n_splits);
-        CS_CUDA_CHECK(cuda_launch(k_attn_prefill_tiled<T, NTY>, grid, APF_THREADS(NTY), smem,
+        CS_CUDA_CHECK(cuda_launch(k_attn_prefill_tiled<T, NTY, Q8>, grid, APF_THREADS(NTY), smem,
                                   c->stream, out, acc, ml, a));
         if (a.n_splits > 1)
             CS_CUDA_CHECK(cuda_launch(k_attn_prefill_combine, dim3(n, a.n_heads, CS_ATTN_PTILE),
@@ -555,14 +772,35 @@ static int apf_nty(int G)
     return G <= 2 ? 8 : (G == 3 || G == 5 || G == 6) ? 12 : 16;
 }
 
-template <typename T>
+template <typename T, bool Q8>
 static int apf_dispatch(struct cuda_ctx *c, float *out, struct apf_args a, int n_tiles)
 {
     switch (apf_nty(a.group)) {
-    case 8: return apf_launch<T, 8>(c, out, a, n_tiles);
-    case 12: return apf_launch<T, 12>(c, out, a, n_tiles);
-    default: return apf_launch<T, 16>(c, out, a, n_tiles);
+    case 8: return apf_launch<T, 8, Q8>(c, out, a, n_tiles);
+    case 12: return apf_launch<T, 12, Q8>(c, out, a, n_tiles);
+    default: return apf_launch<T, 16, Q8>(c, out, a, n_tiles);
     }
+}
+
+/* The int8 scores' K (attn_numerics.h): quantize positions 0..max of the
+ * step's prefill sequences into c->apf_k8, a K-only int8 copy of the pages
+ * (64 words and one scale per page slot and kv head), and point a at it. */
+static int apf_k8_prepare(struct cuda_ctx *c, struct apf_args *a)
+{
+    const struct cuda_batch *cb = &c->batch;
+    size_t rows = (size_t)a->n_pages * a->page_size * a->n_kv;
+    int rc = cuda_buffer_reserve(&c->apf_k8, &c->apf_k8_cap, rows * (APF_D + sizeof(float)));
+    if (rc != CS_OK)
+        return rc;
+    int32_t *k8 = (int32_t *)c->apf_k8;
+    float *kd = (float *)(k8 + rows * (APF_D / 4));
+    int blocks = (cb->max_ptile_pos + 1 + 63) / 64;
+    blocks = blocks < 1 ? 1 : blocks > 512 ? 512 : blocks;
+    CS_CUDA_CHECK(cuda_launch(k_attn_prefill_k8, dim3(blocks, a->n_kv, cb->n_seqs), 256, 0,
+                              c->stream, k8, kd, *a, (const int32_t *)cb->seq_start));
+    a->k8 = k8;
+    a->kd = kd;
+    return CS_OK;
 }
 
 extern "C" int cuda_attn_prefill(struct cuda_ctx *c, float *out, const float *q,
@@ -605,10 +843,21 @@ extern "C" int cuda_attn_prefill(struct cuda_ctx *c, float *out, const float *q,
     a.seq_of = cb->seq_of;
     a.page_table = cb->page_table;
     a.tiles = cb->ptiles;
+    a.k8 = NULL;
+    a.kd = NULL;
+    if (!c->smem_optin)   /* asked once per context (one device) */
+        CS_CUDA_CHECK(cudaDeviceGetAttribute(&c->smem_optin,
+                                             cudaDevAttrMaxSharedMemoryPerBlockOptin, c->device));
+    if (cs_attn_q8_scores(kv->kv_type)) {
+        int rc = apf_k8_prepare(c, &a);
+        if (rc != CS_OK)
+            return rc;
+        return apf_dispatch<__half, true>(c, out, a, cb->n_ptiles);
+    }
     if (kv->kv_type == CS_DTYPE_F16)
-        return apf_dispatch<__half>(c, out, a, cb->n_ptiles);
+        return apf_dispatch<__half, false>(c, out, a, cb->n_ptiles);
     if (kv->kv_type == CS_DTYPE_F32)
-        return apf_dispatch<float>(c, out, a, cb->n_ptiles);
+        return apf_dispatch<float, false>(c, out, a, cb->n_ptiles);
     LOG_ERROR("cuda", "attention prefill: KV type %u unsupported", kv->kv_type);
     return CS_EUNSUPPORTED;
 }

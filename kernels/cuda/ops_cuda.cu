@@ -552,6 +552,7 @@ static void cu_destroy(struct cs_backend *be)
         cudaFree(c->mm_scratch);
         cudaFree(c->gdnc_scratch);
         cudaFree(c->apf_part);
+        cudaFree(c->apf_k8);
         cudaFree(c->ffn_buf);
         cuda_matmul_release_stream(c->stream);
         cudaFree(c->d_sample);

@@ -92,6 +92,10 @@ struct cuda_ctx {
      * and which kernel instances were allowed their shared memory */
     float *apf_part;
     size_t apf_part_cap;
+    /* attention_prefill.cu: the int8 copy of the K pages for the int8 scores
+     * (kernels/attn_numerics.h), rows of 64 words, then one scale per row */
+    void *apf_k8;
+    size_t apf_k8_cap;
     unsigned apf_smem_set;
     int smem_optin;       /* the device's opt-in shared memory per block (0: not asked yet) */
     /* attention_decode.cu: its cp.async kernel per rows-per-warp instance (2,

@@ -2,7 +2,10 @@
  * attention over paged F32 and F16 caches equals a naive double-precision
  * softmax over explicit K/V arrays, for sequences whose earlier positions were
  * stored in a previous step and whose new tokens are stored in this step, at
- * small and real (D=256) head sizes; a sequence computed alone equals the same
+ * small and real (D=256) head sizes (over F16 caches the prefill tokens'
+ * scores are int8, kernels/attn_numerics.h: checked tightly against the
+ * same int8 arithmetic done naively, and their cost against exact scores
+ * bounded); a sequence computed alone equals the same
  * sequence inside a batch, bit for bit, for 1, 2 and 3 threads; a prompt's
  * tokens give the same bits in any chunking of the prompt (the prefill
  * arithmetic, kernels/cpu/attention.c, as the CUDA kernel); page table
@@ -11,6 +14,8 @@
 #include "../../common/gguf.h"
 #include "../../common/half.h"
 #include "../../common/status.h"
+#include "../../kernels/attn_numerics.h"
+#include "../../kernels/exact_math.h"
 #include "kernel_test.h"
 
 #define NS 3
@@ -106,22 +111,58 @@ static float *attn_run(int n_threads, const struct cfg *c, const struct data *d,
     return out;
 }
 
-static double naive_check(const struct cfg *c, const struct data *d, const float *out)
+/* x (n values) quantized as kernels/attn_numerics.h's int8 scores do: the
+ * int8 values back in q, the scale returned. */
+static float naive_q8(const float *x, int n, float *q)
+{
+    float amax = 0.0f;
+    for (int e = 0; e < n; e++)
+        amax = fmaxf(amax, fabsf(x[e]));
+    float inv = xm_q8_inv_scale(amax);
+    for (int e = 0; e < n; e++)
+        q[e] = (float)xm_q8_round(x[e], inv);
+    return xm_q8_scale(amax);
+}
+
+/* The worst |out - naive| over all tokens. quant: where attention computes
+ * int8 scores (a prefill token, a sequence of several tokens in the step,
+ * over an F16 cache), the naive scores are formed from the same int8 values
+ * and scales (in double): 1 checks the implementation of that arithmetic
+ * tightly; 0 uses the exact scores everywhere, so the difference there is
+ * what the int8 scores cost. */
+static double naive_check(const struct cfg *c, const struct data *d, const float *out, int quant)
 {
     int qrow = c->n_heads * c->D, row = c->n_kv * c->D, t = 0;
     double worst = 0, *sc = malloc(sizeof(double) * 1024);
+    float *qs = malloc(sizeof(float) * c->D * 3), *q8 = qs + c->D, *k8 = q8 + c->D;
+    float scale = 1.0f / sqrtf(c->D);
     for (int s = 0; s < NS; s++)
         for (int i = 0; i < c->len[s]; i++, t++) {
             int pos = c->prev[s] + i;
+            int q8s = quant && c->len[s] > 1 && cs_attn_q8_scores(c->kv_type);
             for (int h = 0; h < c->n_heads; h++) {
                 int g = h / (c->n_heads / c->n_kv);
                 const float *q = d->q + (size_t)t * qrow + h * c->D;
                 double m = -1e300, sum = 0;
+                float dq = 0.0f;
+                if (q8s) {
+                    for (int e = 0; e < c->D; e++)
+                        qs[e] = q[e] * scale;
+                    dq = naive_q8(qs, c->D, q8);
+                }
                 for (int j = 0; j <= pos; j++) {
                     double dot = 0;
-                    for (int e = 0; e < c->D; e++)
-                        dot += (double)q[e] * d->k[s][j * row + g * c->D + e];
-                    sc[j] = dot / sqrt(c->D);
+                    const float *k = d->k[s] + j * row + g * c->D;
+                    if (q8s) {
+                        float dk = naive_q8(k, c->D, k8);
+                        for (int e = 0; e < c->D; e++)
+                            dot += (double)q8[e] * k8[e];
+                        sc[j] = dot * dq * dk;
+                    } else {
+                        for (int e = 0; e < c->D; e++)
+                            dot += (double)q[e] * k[e];
+                        sc[j] = dot / sqrt(c->D);
+                    }
                     m = fmax(m, sc[j]);
                 }
                 for (int j = 0; j <= pos; j++)
@@ -135,6 +176,7 @@ static double naive_check(const struct cfg *c, const struct data *d, const float
             }
         }
     free(sc);
+    free(qs);
     return worst;
 }
 
@@ -147,10 +189,18 @@ static void check_cfg(const struct cfg *c)
           *o3 = attn_run(3, c, &d, all, NS);
     int nt = c->len[0] + c->len[1] + c->len[2], qrow = c->n_heads * c->D;
     CHECK(kt_same(o1, o2, (size_t)nt * qrow) && kt_same(o1, o3, (size_t)nt * qrow));
-    double worst = naive_check(c, &d, o1);
+    double worst = naive_check(c, &d, o1, 1);
     CHECK(worst < 2e-5);
     if (!(worst < 2e-5))
         fprintf(stderr, "max diff %g\n", worst);
+    /* What the int8 scores cost against exact scores: here (|q| <= 2, |k|,
+     * |v| <= 1) a few 1e-3 of an output whose values reach ~1; 1e-2 bounds
+     * it (for F32 caches the same 2e-5 holds). */
+    double cost = naive_check(c, &d, o1, 0);
+    double bound = cs_attn_q8_scores(c->kv_type) ? 1e-2 : 2e-5;
+    CHECK(cost < bound);
+    printf("%s D=%d: worst %.3g against the scores it computes, %.3g against exact scores\n",
+           c->kv_type == CS_DTYPE_F16 ? "f16" : "f32", c->D, worst, cost);
     /* sequence 1 alone equals its rows inside the batch */
     int one[1] = {1};
     float *alone = attn_run(2, c, &d, one, 1);
