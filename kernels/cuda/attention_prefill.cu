@@ -375,20 +375,12 @@ static __global__ void __launch_bounds__(APF_THREADS(NTY), APF_MIN_BLOCKS)
                 for (int k = 0; k < 8; k++)
                     f[k] = qr[128 * (k / 4) + 4 * lane + k % 4] * a.scale;
             }
-            float amax = 0.0f;
-#pragma unroll
-            for (int k = 0; k < 8; k++)
-                amax = fmaxf(amax, fabsf(f[k]));
-            amax = warp_max(amax);
-            float inv = xm_q8_inv_scale(amax);
-            int w[2] = {0, 0};
-#pragma unroll
-            for (int k = 0; k < 8; k++)
-                w[k / 4] |= (xm_q8_round(f[k], inv) & 0xff) << (8 * (k % 4));
+            int w[2];
+            float d = apf_q8_warp_row(f, w);
             sq8[r * 64 + lane] = w[0];
             sq8[r * 64 + 32 + lane] = w[1];
             if (lane == 0)
-                sqd[r] = xm_q8_scale(amax);
+                sqd[r] = d;
         }
     } else {
         for (int c = tid; c < ROWS * (APF_D / 4); c += NT) {

@@ -21,6 +21,25 @@ static __device__ __forceinline__ long long apf_k8_row(const struct apf_args &a,
     return ((long long)pg * a.page_size + (pos - pi * a.page_size)) * a.n_kv + h;
 }
 
+/* One 256-value row held by a warp, 8 values a lane (f), as int8
+ * (attn_numerics.h, the CPU's apf_q8_row): the lane's 8 values packed in
+ * w[0] (f[0..3]) and w[1] (f[4..7]), the row's scale returned to every
+ * lane. */
+static __device__ __forceinline__ float apf_q8_warp_row(const float (&f)[8], int (&w)[2])
+{
+    float amax = 0.0f;
+#pragma unroll
+    for (int k = 0; k < 8; k++)
+        amax = fmaxf(amax, fabsf(f[k]));
+    amax = warp_max(amax);
+    float inv = xm_q8_inv_scale(amax);
+    w[0] = w[1] = 0;
+#pragma unroll
+    for (int k = 0; k < 8; k++)
+        w[k / 4] |= (xm_q8_round(f[k], inv) & 0xff) << (8 * (k % 4));
+    return xm_q8_scale(amax);
+}
+
 /* Before the attention of a step: positions 0..max of every prefill
  * sequence (one with several tokens in the step), every kv head, quantized
  * into the int8 copy. Block (position block, kv head, sequence); a warp per
@@ -54,19 +73,11 @@ static __global__ void __launch_bounds__(256)
             float2 x = __half22float2(h2[k]);
             f[2 * k] = x.x, f[2 * k + 1] = x.y;
         }
-        float amax = 0.0f;
-#pragma unroll
-        for (int k = 0; k < 8; k++)
-            amax = fmaxf(amax, fabsf(f[k]));
-        amax = warp_max(amax);
-        float inv = xm_q8_inv_scale(amax);
-        int w[2] = {0, 0};
-#pragma unroll
-        for (int k = 0; k < 8; k++)
-            w[k / 4] |= (xm_q8_round(f[k], inv) & 0xff) << (8 * (k % 4));
+        int w[2];
+        float d = apf_q8_warp_row(f, w);
         ((int2 *)(k8 + row * 64))[lane] = make_int2(w[0], w[1]);
         if (lane == 0)
-            kd[row] = xm_q8_scale(amax);
+            kd[row] = d;
     }
 }
 
