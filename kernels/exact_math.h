@@ -128,6 +128,12 @@ XM_FN int32_t xm_q8_round(float x, float inv_scale)
     return xm_bits(XM_FMA(x, inv_scale, 12582912.0f)) - 0x4B400000;
 }
 
+/* The same for a vector of non-negative values on 0..255 (attention's P
+ * weights in its DP4A P.V): d = amax / 255, q = xm_q8_round(x, 255 / amax)
+ * (x * (255 / amax) stays below 255.5: one rounding of an error under 2^-16). */
+XM_FN float xm_u8_scale(float amax) { return XM_DIV(amax, 255.0f); }
+XM_FN float xm_u8_inv_scale(float amax) { return amax > 0.0f ? XM_DIV(255.0f, amax) : 0.0f; }
+
 /* ln x for a positive normal finite x (the only inputs it gets here), as
  * fdlibm's logf: x = (1 + f) 2^k with 1 + f in [sqrt(1/2), sqrt(2)); s = f /
  * (2 + f), R = the series of 2 atanh(s) - 2s in z = s^2 to z^5, then

@@ -376,13 +376,14 @@ ATT_HOT static void dec_item(const struct attn_job *j, int t, int h, float *sc)
 /* ---- prefill: attention_prefill.cu ---- */
 
 /* Scratch floats of apf_item for R rows over positions 0..max_pos (the
- * last line: the int8 scores' Q and K rows, as int32 words, and scales). */
+ * last line: the int8 path's Q, K and V rows, as int32 words, their scales,
+ * and a row's P.V integer sums). */
 static size_t apf_scratch(int D, int R, int32_t max_pos)
 {
     size_t n_s = (size_t)(max_pos / ATT_SPLIT + 1);
     return (size_t)R * D + 2 * (size_t)D * ATT_KT + 2 * ATT_KT + (size_t)R * (D + 2) +
            (size_t)R * n_s * (D + 2) +
-           (size_t)(R + ATT_KT) * ((D + 3) / 4) + (size_t)R + ATT_KT;
+           (size_t)(R + 2 * ATT_KT) * ((D + 3) / 4) + (size_t)R + 2 * ATT_KT + D;
 }
 
 /* attn_numerics.h: row x (n values) as int8 with one scale; returns d. */
@@ -414,6 +415,31 @@ ATT_INLINE void apf_scores_q8(float *s, const int8_t *q8, float dq, const int8_t
             isum += (int32_t)q8[d] * (int32_t)k[d];
         s[c] = XM_MUL((float)isum, XM_MUL(dq, dk[c]));
     }
+}
+
+/* The int8 P.V of a tile (attn_numerics.h), as k_attn_prefill_tiled's DP4A
+ * path: the weights p[c] d_v[c] (c < nj; later positions weigh 0) on
+ * 0..255 with one scale d_p, isum[d] = sum of q[c] v8[c][d] (exact), then
+ * a[d] = fma((float)isum[d], d_p, a[d]). w: ATT_KT floats of scratch. */
+ATT_INLINE void apf_pv_q8(float *a, const float *p, int nj, const int8_t *v8, const float *dv,
+                          int D, float *w, int32_t *isum)
+{
+    float amax = 0.0f;
+    for (int c = 0; c < nj; c++) {
+        w[c] = XM_MUL(p[c], dv[c]);
+        amax = att_max(amax, w[c]);
+    }
+    float inv = xm_u8_inv_scale(amax);
+    memset(isum, 0, sizeof(int32_t) * D);
+    for (int c = 0; c < nj; c++) {
+        int32_t qc = xm_q8_round(w[c], inv);
+        const int8_t *v = v8 + (size_t)c * D;
+        for (int d = 0; d < D; d++)
+            isum[d] += qc * (int32_t)v[d];
+    }
+    float dp = xm_u8_scale(amax);
+    for (int d = 0; d < D; d++)
+        a[d] = XM_FMA((float)isum[d], dp, a[d]);
 }
 
 /* tile_sum: a row's sum of p over the 64 positions of a tile, per group of 4
@@ -457,10 +483,12 @@ ATT_HOT static void apf_item(const struct attn_job *j, int t0, int nt, int h, fl
     float *qs = sc, *kt = qs + (size_t)R * D, *vt = kt + (size_t)D * ATT_KT;
     float *sv = vt + (size_t)ATT_KT * D, *pv = sv + ATT_KT, *acc = pv + ATT_KT;
     float *m = acc + (size_t)R * D, *l = m + R, *part = l + R;   /* part [R][n_s][D + 2] */
-    const int q8s = cs_attn_q8_scores(j->kv->kv_type);
+    const int q8s = cs_attn_q8(j->kv->kv_type);
     float *q8_end = part + (size_t)R * n_s * (D + 2);
     int8_t *q8 = (int8_t *)q8_end, *k8 = q8 + (size_t)R * ((D + 3) / 4) * 4;
-    float *dq = (float *)(k8 + (size_t)ATT_KT * ((D + 3) / 4) * 4), *dk = dq + R;
+    int8_t *v8 = k8 + (size_t)ATT_KT * ((D + 3) / 4) * 4;
+    float *dq = (float *)(v8 + (size_t)ATT_KT * ((D + 3) / 4) * 4), *dk = dq + R, *dv = dk + ATT_KT;
+    int32_t *isum = (int32_t *)(dv + ATT_KT);
     const float *vr[ATT_KT];
     /* Q rows, scaled (and as int8 for the int8 scores) */
     for (int r = 0; r < R; r++) {
@@ -491,8 +519,11 @@ ATT_HOT static void apf_item(const struct attn_job *j, int t0, int nt, int h, fl
             for (int d = 0; d < D; d++)
                 for (int c = np; c < ATT_KT; c++)
                     kt[(size_t)d * ATT_KT + c] = 0.0f;
-            for (int c = 0; c < np; c++)
+            for (int c = 0; c < np; c++) {
                 vr[c] = att_row(j, seq, p0 + c, 1, h, vt + (size_t)c * D);
+                if (q8s)
+                    dv[c] = apf_q8_row(v8 + (size_t)c * D, vr[c], D);
+            }
             for (int r = 0; r < R; r++) {
                 int32_t qp = qpos[r / g];
                 if (qp < p0)
@@ -516,6 +547,10 @@ ATT_HOT static void apf_item(const struct attn_job *j, int t0, int nt, int h, fl
                 m[r] = mn;
                 for (int d = 0; d < D; d++)
                     a[d] = a[d] * alpha;
+                if (q8s) {
+                    apf_pv_q8(a, sv, nj, v8, dv, D, pv, isum);
+                    continue;
+                }
                 for (int c = 0; c < nj; c++) {   /* masked positions add 0 * v: skipped */
                     float pc = sv[c];
                     const float *v = vr[c];

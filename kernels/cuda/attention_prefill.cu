@@ -90,8 +90,8 @@ struct apf_args {
     float scale;
     const int32_t *pos, *seq_of, *page_table;
     const int2 *tiles;                   /* this pass's host tiles */
-    const int32_t *k8;                   /* int8 scores: K rows as int8, 64 words each */
-    const float *kd;                     /* and their scales (attn_numerics.h) */
+    const int32_t *k8, *v8;              /* int8 path: K and V rows as int8, 64 words each */
+    const float *kd, *vd;                /* and their scales (attn_numerics.h) */
 };
 
 /* ---- staging of K and V chunks ---- */
@@ -329,18 +329,20 @@ static __global__ void __launch_bounds__(APF_THREADS(NTY), APF_MIN_BLOCKS)
     cuda_pdl_enter();   /* launch.cuh: before any read or write */
     const int NT = APF_THREADS(NTY), ROWS = 4 * NTY, NW = NT / 32;
     static_assert(ROWS == APF_RPT * NW, "a warp owns APF_RPT rows");
-    static_assert(!Q8 || sizeof(T) == 2, "int8 scores over an F16 cache only");
-    /* chunks of a KV tile: K (4 of fp32, or 2 of int8 words), then 4 of V */
-    const int NKC = Q8 ? 2 : 4, NCH = NKC + 4;
+    static_assert(!Q8 || sizeof(T) == 2, "the int8 path over an F16 cache only");
+    /* chunks of a KV tile: K then V, 4 + 4 of fp32 or 2 + 2 of int8 words */
+    const int NKC = Q8 ? 2 : 4, NCH = 2 * NKC;
     extern __shared__ __align__(16) float apf_smem[];
-    /* fp32 scores: Q [ROWS][256] scaled; int8 scores: Q8 [ROWS][64 words],
-     * then the rows' scales. Then the staging buffer, P [ROWS][64] and (int8
-     * scores) the tile's K scales. */
+    /* fp32: Q [ROWS][256] scaled, the staging buffer, P [ROWS][64].
+     * int8: Q8 [ROWS][64 words] and the rows' scales, the staging buffer,
+     * P8 [ROWS][16 words] and the rows' scales, the tile's K and V scales. */
     float *sq = apf_smem;
     int *sq8 = (int *)apf_smem;
     float *sqd = apf_smem + ROWS * (APF_D / 4);
     float *sbuf = Q8 ? sqd + ROWS : sq + ROWS * APF_D, *sp = sbuf + APF_CHUNK;
-    float *skd = sp + ROWS * APF_KT;
+    unsigned *sp8 = (unsigned *)sp;
+    float *spd = sp + ROWS * (APF_KT / 4);
+    float *skd = spd + ROWS, *svd = skd + APF_KT;
     int bx = gridDim.x - 1 - blockIdx.x;   /* the last tiles (longest contexts) first */
     int tile = bx / a.subs, sub = bx - tile * a.subs;
     int h = blockIdx.y, split = blockIdx.z;
@@ -399,6 +401,7 @@ static __global__ void __launch_bounds__(APF_THREADS(NTY), APF_MIN_BLOCKS)
     float m[APF_RPT], l[APF_RPT], s[APF_RPT][2] = {};
     int si[APF_RPT][2] = {};
     float4 acc[APF_RPT][2];
+    int ia[APF_RPT][8];
 #pragma unroll
     for (int i = 0; i < APF_RPT; i++) {
         int r = warp + NW * i;
@@ -421,21 +424,51 @@ static __global__ void __launch_bounds__(APF_THREADS(NTY), APF_MIN_BLOCKS)
         __syncthreads();   /* the previous chunk (and Q, P writes) done with */
         if (Q8 && ci < NKC) {
             apf_put_k8<T, NT>((int *)sbuf, st);
-            if (ci == 0 && tid < APF_KT)
-                skd[tid] = kdv;
+            if (ci == 0 && tid < 2 * APF_KT)
+                skd[tid] = kdv;   /* K scales, then V scales (svd) */
+        } else if (Q8) {
+            apf_put_v8<T, NT>((int *)sbuf, st);
         } else {
-            apf_put<T, NT>(sbuf, st, ci + 4 - NKC);
+            apf_put<T, NT>(sbuf, st, ci);
         }
         __syncthreads();
         if (gc + 1 < n_chunks) {
-            int kn = (gc + 1) / NCH, cn = gc + 1 - kn * NCH;
+            int kn = (gc + 1) / NCH, cn = gc + 1 - kn * NCH, pn = p_lo + kn * APF_KT;
             if (Q8 && cn < NKC)
-                apf_fetch_k8<T, NT>(st, &kdv, a, seq, h, p_lo + kn * APF_KT, cn, p_end);
+                apf_fetch_k8<T, NT>(st, &kdv, a, seq, h, pn, cn, p_end);
+            else if (Q8)
+                apf_fetch_v8<T, NT>(st, a, seq, h, pn, cn - NKC, p_end);
             else
-                apf_fetch<T, NT>(st, a, seq, h, p_lo + kn * APF_KT, cn + 4 - NKC, p_end);
+                apf_fetch<T, NT>(st, a, seq, h, pn, cn, p_end);
+        }
+        if (ci >= NKC && !Q8) {
+            apf_pv<NW>(acc, p_row + (ci - NKC) * APF_VC, sbuf + 4 * lane);
+            continue;
         }
         if (ci >= NKC) {
-            apf_pv<NW>(acc, p_row + (ci - NKC) * APF_VC, sbuf + 4 * lane);
+            /* int8 P.V (attn_numerics.h), as the CPU's apf_pv_q8 */
+            if (ci == NKC) {
+#pragma unroll
+                for (int i = 0; i < APF_RPT; i++)
+#pragma unroll
+                    for (int e = 0; e < 8; e++)
+                        ia[i][e] = 0;
+            }
+            apf_pv_q8<NW>(ia, sp8 + warp * 16 + 8 * (ci - NKC), (const int *)sbuf + 4 * lane);
+            if (ci != NCH - 1)
+                continue;
+#pragma unroll
+            for (int i = 0; i < APF_RPT; i++) {
+                float dp = spd[warp + NW * i];
+#pragma unroll
+                for (int k = 0; k < 2; k++) {
+                    float4 &o = acc[i][k];
+                    o.x = __fmaf_rn(__int2float_rn(ia[i][4 * k]), dp, o.x);
+                    o.y = __fmaf_rn(__int2float_rn(ia[i][4 * k + 1]), dp, o.y);
+                    o.z = __fmaf_rn(__int2float_rn(ia[i][4 * k + 2]), dp, o.z);
+                    o.w = __fmaf_rn(__int2float_rn(ia[i][4 * k + 3]), dp, o.w);
+                }
+            }
             continue;
         }
         if (Q8) {
@@ -497,7 +530,19 @@ static __global__ void __launch_bounds__(APF_THREADS(NTY), APF_MIN_BLOCKS)
                 acc[i][k].x *= alpha, acc[i][k].y *= alpha;
                 acc[i][k].z *= alpha, acc[i][k].w *= alpha;
             }
-            *(float2 *)(p_row + i * NW * APF_KT + 2 * lane) = make_float2(p[0], p[1]);
+            if (!Q8) {
+                *(float2 *)(p_row + i * NW * APF_KT + 2 * lane) = make_float2(p[0], p[1]);
+                continue;
+            }
+            /* int8 P.V: the weights p d_v on 0..255, one scale per row and tile */
+            float w0 = __fmul_rn(p[0], svd[2 * lane]), w1 = __fmul_rn(p[1], svd[2 * lane + 1]);
+            float wmax = warp_max(fmaxf(w0, w1));
+            float inv = xm_u8_inv_scale(wmax);
+            unsigned q2 = (unsigned)xm_q8_round(w0, inv) | (unsigned)xm_q8_round(w1, inv) << 8;
+            int r = warp + NW * i;
+            ((unsigned short *)(sp8 + r * 16))[lane] = (unsigned short)q2;
+            if (lane == 0)
+                spd[r] = xm_u8_scale(wmax);
         }
     }
 
@@ -574,7 +619,8 @@ static size_t apf_smem_bytes(int nty, bool q8)
 {
     size_t rows = (size_t)4 * nty;
     size_t q = q8 ? rows * (APF_D / 4) + rows : rows * APF_D;
-    return (q + APF_CHUNK + rows * APF_KT + (q8 ? APF_KT : 0)) * sizeof(float);
+    size_t p = q8 ? rows * (APF_KT / 4) + rows + 2 * APF_KT : rows * APF_KT;
+    return (q + APF_CHUNK + p) * sizeof(float);
 }
 
 template <typename T, int NTY, bool Q8>
@@ -638,24 +684,27 @@ static int apf_dispatch(struct cuda_ctx *c, float *out, struct apf_args a, int n
     }
 }
 
-/* The int8 scores' K (attn_numerics.h): quantize positions 0..max of the
- * step's prefill sequences into c->apf_k8, a K-only int8 copy of the pages
- * (64 words and one scale per page slot and kv head), and point a at it. */
-static int apf_k8_prepare(struct cuda_ctx *c, struct apf_args *a)
+/* The int8 path's K and V (attn_numerics.h): quantize positions 0..max of
+ * the step's prefill sequences into c->apf_k8, int8 copies of the K and
+ * the V pages (64 words and one scale per page slot and kv head each), and
+ * point a at them. */
+static int apf_kv8_prepare(struct cuda_ctx *c, struct apf_args *a)
 {
     const struct cuda_batch *cb = &c->batch;
     size_t rows = (size_t)a->n_pages * a->page_size * a->n_kv;
-    int rc = cuda_buffer_reserve(&c->apf_k8, &c->apf_k8_cap, rows * (APF_D + sizeof(float)));
+    int rc = cuda_buffer_reserve(&c->apf_k8, &c->apf_k8_cap, 2 * rows * (APF_D + sizeof(float)));
     if (rc != CS_OK)
         return rc;
-    int32_t *k8 = (int32_t *)c->apf_k8;
-    float *kd = (float *)(k8 + rows * (APF_D / 4));
+    int32_t *k8 = (int32_t *)c->apf_k8, *v8 = k8 + rows * (APF_D / 4);
+    float *kd = (float *)(v8 + rows * (APF_D / 4)), *vd = kd + rows;
     int blocks = (cb->max_ptile_pos + 1 + 63) / 64;
     blocks = blocks < 1 ? 1 : blocks > 512 ? 512 : blocks;
-    CS_CUDA_CHECK(cuda_launch(k_attn_prefill_k8, dim3(blocks, a->n_kv, cb->n_seqs), 256, 0,
-                              c->stream, k8, kd, *a, (const int32_t *)cb->seq_start));
+    CS_CUDA_CHECK(cuda_launch(k_attn_prefill_kv8, dim3(blocks, a->n_kv, cb->n_seqs), 256, 0,
+                              c->stream, k8, kd, v8, vd, *a, (const int32_t *)cb->seq_start));
     a->k8 = k8;
+    a->v8 = v8;
     a->kd = kd;
+    a->vd = vd;
     return CS_OK;
 }
 
@@ -699,13 +748,13 @@ extern "C" int cuda_attn_prefill(struct cuda_ctx *c, float *out, const float *q,
     a.seq_of = cb->seq_of;
     a.page_table = cb->page_table;
     a.tiles = cb->ptiles;
-    a.k8 = NULL;
-    a.kd = NULL;
+    a.k8 = a.v8 = NULL;
+    a.kd = a.vd = NULL;
     if (!c->smem_optin)   /* asked once per context (one device) */
         CS_CUDA_CHECK(cudaDeviceGetAttribute(&c->smem_optin,
                                              cudaDevAttrMaxSharedMemoryPerBlockOptin, c->device));
-    if (cs_attn_q8_scores(kv->kv_type)) {
-        int rc = apf_k8_prepare(c, &a);
+    if (cs_attn_q8(kv->kv_type)) {
+        int rc = apf_kv8_prepare(c, &a);
         if (rc != CS_OK)
             return rc;
         return apf_dispatch<__half, true>(c, out, a, cb->n_ptiles);
