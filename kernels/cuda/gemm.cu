@@ -262,7 +262,16 @@ static __device__ __forceinline__ void gemm_block(float (&acc)[4][8],
 #else
             float fsum = biased_dot_to_float(dot32(a0[i], a1[i], b0, b1, MM_DOT_BIAS));
 #endif
+#ifdef GEMM_EXPERIMENT_NO_ACT_SCALE
+            /* A speed experiment only (wrong results; never in a product build):
+             * the GEMM without the per-block activation scale, i.e. the rate one
+             * activation scale per segment would allow (docs/PERF.md,
+             * eighteenth session). */
+            (void)db;
+            acc[i][t] = __fmaf_rn(da[i], fsum, acc[i][t]);
+#else
             acc[i][t] = __fmaf_rn(__fmul_rn(da[i], db), fsum, acc[i][t]);
+#endif
         }
     }
 }
