@@ -314,98 +314,109 @@ static __device__ __forceinline__ float tile_sum(float p0, float p1, int lane)
         v += __shfl_xor_sync(CS_FULL_MASK, v, o);
     return v;
 }
-#include "attention_prefill_q8.cuh"   /* the int8 scores' K copy, staging and dots */
 
 /* ---- the kernels ---- */
 
-/* Block (query sub-tile, kv head, split); see the header comment. Output:
- * out[t][n_heads * D] for rows with one split; otherwise partials
- * part_acc[prow][D], part_ml[prow] = (m, l), prow = ((tile * CS_ATTN_PTILE +
- * token in tile) * n_heads + head) * n_splits + split. */
-template <typename T, int NTY, bool Q8>
+/* The block's query tile, its KV split and its positions; a block with
+ * nothing to do (no tokens, or a split past its last token) gets valid 0. */
+struct apf_block {
+    int valid, tile, tok0, nt, t0, h, split, p_lo, p_end, seq, n_rows;
+};
+
+static __device__ __forceinline__ struct apf_block apf_block_of(const struct apf_args &a)
+{
+    struct apf_block b;
+    b.valid = 0;
+    int bx = gridDim.x - 1 - blockIdx.x;   /* the last tiles (longest contexts) first */
+    b.tile = bx / a.subs;
+    int sub = bx - b.tile * a.subs;
+    b.h = blockIdx.y, b.split = blockIdx.z;
+    int2 ht = a.tiles[b.tile];
+    b.tok0 = sub * a.tok_per_block;
+    b.nt = min(a.tok_per_block, ht.y - b.tok0);
+    if (b.nt <= 0)
+        return b;
+    b.t0 = ht.x + b.tok0;
+    int max_pos = 0;
+    for (int i = 0; i < b.nt; i++)
+        max_pos = max(max_pos, a.pos[b.t0 + i]);
+    b.p_lo = b.split * APF_SPLIT;
+    if (b.p_lo > max_pos)
+        return b;
+    b.p_end = min(b.p_lo + APF_SPLIT, max_pos + 1);
+    b.seq = a.seq_of[b.t0];
+    b.n_rows = b.nt * a.group;
+    b.valid = 1;
+    return b;
+}
+
+/* Where row r (< n_rows) of a block with position qpos writes: the output
+ * when the row has one split (normalised), else its split's partial. */
+static __device__ __forceinline__ void apf_write_row(float *out, float *part_acc, float2 *part_ml,
+                                                     const struct apf_args &a,
+                                                     const struct apf_block &b, int r, int qpos,
+                                                     float4 acc0, float4 acc1, float m, float l,
+                                                     int lane)
+{
+    int tk = r / a.group, qh = b.h * a.group + r % a.group;
+    if (qpos < APF_SPLIT) {
+        float inv = __fdiv_rn(1.0f, l);   /* fast math's 1 / x is approximate */
+        float *o = out + (size_t)(b.t0 + tk) * a.n_heads * APF_D + (size_t)qh * APF_D + 4 * lane;
+        *(float4 *)o = make_float4(acc0.x * inv, acc0.y * inv, acc0.z * inv, acc0.w * inv);
+        *(float4 *)(o + 128) = make_float4(acc1.x * inv, acc1.y * inv, acc1.z * inv, acc1.w * inv);
+        return;
+    }
+    size_t prow = ((size_t)(b.tile * CS_ATTN_PTILE + b.tok0 + tk) * a.n_heads + qh) * a.n_splits +
+                  b.split;
+    float *o = part_acc + prow * APF_D + 4 * lane;
+    *(float4 *)o = acc0;
+    *(float4 *)(o + 128) = acc1;
+    if (lane == 0)
+        part_ml[prow] = make_float2(m, l);
+}
+
+/* The fp32 path (an F32 KV cache, or the int8 path built out): block (query
+ * sub-tile, kv head, split); see the header comment. Output: out[t][n_heads
+ * * D] for rows with one split; otherwise partials part_acc[prow][D],
+ * part_ml[prow] = (m, l), prow = ((tile * CS_ATTN_PTILE + token in tile) *
+ * n_heads + head) * n_splits + split. */
+template <typename T, int NTY>
 static __global__ void __launch_bounds__(APF_THREADS(NTY), APF_MIN_BLOCKS)
     k_attn_prefill_tiled(float *out, float *part_acc, float2 *part_ml, struct apf_args a)
 {
     cuda_pdl_enter();   /* launch.cuh: before any read or write */
     const int NT = APF_THREADS(NTY), ROWS = 4 * NTY, NW = NT / 32;
     static_assert(ROWS == APF_RPT * NW, "a warp owns APF_RPT rows");
-    static_assert(!Q8 || sizeof(T) == 2, "the int8 path over an F16 cache only");
-    /* chunks of a KV tile: K then V, 4 + 4 of fp32 or 2 + 2 of int8 words */
-    const int NKC = Q8 ? 2 : 4, NCH = 2 * NKC;
+    /* chunks of a KV tile: 4 of K, then 4 of V */
+    const int NKC = 4, NCH = 2 * NKC;
     extern __shared__ __align__(16) float apf_smem[];
-    /* fp32: Q [ROWS][256] scaled, the staging buffer, P [ROWS][64].
-     * int8: Q8 [ROWS][64 words] and the rows' scales, the staging buffer,
-     * P8 [ROWS][16 words] and the rows' scales, the tile's K and V scales. */
+    /* Q [ROWS][256] scaled, the staging buffer, P [ROWS][64] */
     float *sq = apf_smem;
-    int *sq8 = (int *)apf_smem;
-    float *sqd = apf_smem + ROWS * (APF_D / 4);
-    float *sbuf = Q8 ? sqd + ROWS : sq + ROWS * APF_D, *sp = sbuf + APF_CHUNK;
-    unsigned *sp8 = (unsigned *)sp;
-    float *spd = sp + ROWS * (APF_KT / 4);
-    float *skd = spd + ROWS, *svd = skd + APF_KT;
-    int bx = gridDim.x - 1 - blockIdx.x;   /* the last tiles (longest contexts) first */
-    int tile = bx / a.subs, sub = bx - tile * a.subs;
-    int h = blockIdx.y, split = blockIdx.z;
-    int2 ht = a.tiles[tile];
-    int tok0 = sub * a.tok_per_block;
-    int nt = min(a.tok_per_block, ht.y - tok0);
-    if (nt <= 0)
+    float *sbuf = sq + ROWS * APF_D, *sp = sbuf + APF_CHUNK;
+    struct apf_block b = apf_block_of(a);
+    if (!b.valid)
         return;
-    int t0 = ht.x + tok0;
-    int max_pos = 0;
-    for (int i = 0; i < nt; i++)
-        max_pos = max(max_pos, a.pos[t0 + i]);
-    int p_lo = split * APF_SPLIT;
-    if (p_lo > max_pos)
-        return;
-    int p_end = min(p_lo + APF_SPLIT, max_pos + 1);
-    int seq = a.seq_of[t0];
+    int h = b.h, seq = b.seq, p_lo = b.p_lo, p_end = b.p_end, n_rows = b.n_rows, G = a.group;
     int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    int G = a.group, n_rows = nt * G;
 
     /* Q rows, scaled; row r: token t0 + r / G, head h * G + r % G */
-    if (Q8) {
-        /* each warp its own rows r_i: lane l holds dims 4l.. and 128 + 4l..,
-         * words l and 32 + l (attn_numerics.h, as the CPU's apf_q8_row) */
-#pragma unroll 1
-        for (int i = 0; i < APF_RPT; i++) {
-            int r = warp + NW * i;
-            float f[8] = {};
-            if (r < n_rows) {
-                const float *qr = a.q + (size_t)(t0 + r / G) * a.q_ts + (size_t)(h * G + r % G) * a.q_hs;
-#pragma unroll
-                for (int k = 0; k < 8; k++)
-                    f[k] = qr[128 * (k / 4) + 4 * lane + k % 4] * a.scale;
-            }
-            int w[2];
-            float d = apf_q8_warp_row(f, w);
-            sq8[r * 64 + lane] = w[0];
-            sq8[r * 64 + 32 + lane] = w[1];
-            if (lane == 0)
-                sqd[r] = d;
+    for (int c = tid; c < ROWS * (APF_D / 4); c += NT) {
+        int r = c / (APF_D / 4), g = c % (APF_D / 4);
+        float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (r < n_rows) {
+            const float *qr = a.q + (size_t)(b.t0 + r / G) * a.q_ts +
+                              (size_t)(h * G + r % G) * a.q_hs + 4 * g;
+            v = make_float4(qr[0] * a.scale, qr[1] * a.scale, qr[2] * a.scale, qr[3] * a.scale);
         }
-    } else {
-        for (int c = tid; c < ROWS * (APF_D / 4); c += NT) {
-            int r = c / (APF_D / 4), g = c % (APF_D / 4);
-            float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            if (r < n_rows) {
-                const float *qr = a.q + (size_t)(t0 + r / G) * a.q_ts +
-                                  (size_t)(h * G + r % G) * a.q_hs + 4 * g;
-                v = make_float4(qr[0] * a.scale, qr[1] * a.scale, qr[2] * a.scale,
-                                qr[3] * a.scale);
-            }
-            *(float4 *)(sq + r * APF_D + 4 * g) = v;
-        }
+        *(float4 *)(sq + r * APF_D + 4 * g) = v;
     }
     int qpos[APF_RPT];
     float m[APF_RPT], l[APF_RPT], s[APF_RPT][2] = {};
-    int si[APF_RPT][2] = {};
     float4 acc[APF_RPT][2];
-    int ia[APF_RPT][8];
 #pragma unroll
     for (int i = 0; i < APF_RPT; i++) {
         int r = warp + NW * i;
-        qpos[i] = r < n_rows ? a.pos[t0 + r / G] : -1;
+        qpos[i] = r < n_rows ? a.pos[b.t0 + r / G] : -1;
         m[i] = -INFINITY;
         l[i] = 0.0f;
         acc[i][0] = acc[i][1] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
@@ -414,91 +425,28 @@ static __global__ void __launch_bounds__(APF_THREADS(NTY), APF_MIN_BLOCKS)
 
     int n_chunks = (p_end - p_lo + APF_KT - 1) / APF_KT * NCH;
     apf_stage<T, NT> st;
-    float kdv = 0.0f;
-    if (Q8)
-        apf_fetch_k8<T, NT>(st, &kdv, a, seq, h, p_lo, 0, p_end);
-    else
-        apf_fetch<T, NT>(st, a, seq, h, p_lo, 0, p_end);
+    apf_fetch<T, NT>(st, a, seq, h, p_lo, 0, p_end);
     for (int gc = 0; gc < n_chunks; gc++) {
         int kt = gc / NCH, ci = gc - kt * NCH, p0 = p_lo + kt * APF_KT;
         __syncthreads();   /* the previous chunk (and Q, P writes) done with */
-        if (Q8 && ci < NKC) {
-            apf_put_k8<T, NT>((int *)sbuf, st);
-            if (ci == 0 && tid < 2 * APF_KT)
-                skd[tid] = kdv;   /* K scales, then V scales (svd) */
-        } else if (Q8) {
-            apf_put_v8<T, NT>((int *)sbuf, st);
-        } else {
-            apf_put<T, NT>(sbuf, st, ci);
-        }
+        apf_put<T, NT>(sbuf, st, ci);
         __syncthreads();
         if (gc + 1 < n_chunks) {
             int kn = (gc + 1) / NCH, cn = gc + 1 - kn * NCH, pn = p_lo + kn * APF_KT;
-            if (Q8 && cn < NKC)
-                apf_fetch_k8<T, NT>(st, &kdv, a, seq, h, pn, cn, p_end);
-            else if (Q8)
-                apf_fetch_v8<T, NT>(st, a, seq, h, pn, cn - NKC, p_end);
-            else
-                apf_fetch<T, NT>(st, a, seq, h, pn, cn, p_end);
+            apf_fetch<T, NT>(st, a, seq, h, pn, cn, p_end);
         }
-        if (ci >= NKC && !Q8) {
+        if (ci >= NKC) {
             apf_pv<NW>(acc, p_row + (ci - NKC) * APF_VC, sbuf + 4 * lane);
             continue;
         }
-        if (ci >= NKC) {
-            /* int8 P.V (attn_numerics.h), as the CPU's apf_pv_q8 */
-            if (ci == NKC) {
+        if (ci == 0) {
 #pragma unroll
-                for (int i = 0; i < APF_RPT; i++)
-#pragma unroll
-                    for (int e = 0; e < 8; e++)
-                        ia[i][e] = 0;
-            }
-            apf_pv_q8<NW>(ia, sp8 + warp * 16 + 8 * (ci - NKC), (const int *)sbuf + 4 * lane);
-            if (ci != NCH - 1)
-                continue;
-#pragma unroll
-            for (int i = 0; i < APF_RPT; i++) {
-                float dp = spd[warp + NW * i];
-#pragma unroll
-                for (int k = 0; k < 2; k++) {
-                    float4 &o = acc[i][k];
-                    o.x = __fmaf_rn(__int2float_rn(ia[i][4 * k]), dp, o.x);
-                    o.y = __fmaf_rn(__int2float_rn(ia[i][4 * k + 1]), dp, o.y);
-                    o.z = __fmaf_rn(__int2float_rn(ia[i][4 * k + 2]), dp, o.z);
-                    o.w = __fmaf_rn(__int2float_rn(ia[i][4 * k + 3]), dp, o.w);
-                }
-            }
+            for (int i = 0; i < APF_RPT; i++)
+                s[i][0] = s[i][1] = 0.0f;
+        }
+        apf_scores<NW>(s, q_row + ci * APF_KC, sbuf + 2 * lane);
+        if (ci != NKC - 1)
             continue;
-        }
-        if (Q8) {
-            if (ci == 0) {
-#pragma unroll
-                for (int i = 0; i < APF_RPT; i++)
-                    si[i][0] = si[i][1] = 0;
-            }
-            apf_scores_q8<NW>(si, sq8 + warp * 64 + 32 * ci, (const int *)sbuf + 2 * lane);
-            if (ci != NKC - 1)
-                continue;
-            /* s = (float)isum * (d_q * d_k), as the CPU's apf_scores_q8 */
-#pragma unroll
-            for (int i = 0; i < APF_RPT; i++) {
-                float dq = sqd[warp + NW * i];
-#pragma unroll
-                for (int jj = 0; jj < 2; jj++)
-                    s[i][jj] = __fmul_rn(__int2float_rn(si[i][jj]),
-                                         __fmul_rn(dq, skd[2 * lane + jj]));
-            }
-        } else {
-            if (ci == 0) {
-#pragma unroll
-                for (int i = 0; i < APF_RPT; i++)
-                    s[i][0] = s[i][1] = 0.0f;
-            }
-            apf_scores<NW>(s, q_row + ci * APF_KC, sbuf + 2 * lane);
-            if (ci != NKC - 1)
-                continue;
-        }
         /* online softmax over this KV tile: positions p0 + 2 lane + jj */
 #pragma unroll
         for (int i = 0; i < APF_RPT; i++) {
@@ -530,19 +478,7 @@ static __global__ void __launch_bounds__(APF_THREADS(NTY), APF_MIN_BLOCKS)
                 acc[i][k].x *= alpha, acc[i][k].y *= alpha;
                 acc[i][k].z *= alpha, acc[i][k].w *= alpha;
             }
-            if (!Q8) {
-                *(float2 *)(p_row + i * NW * APF_KT + 2 * lane) = make_float2(p[0], p[1]);
-                continue;
-            }
-            /* int8 P.V: the weights p d_v on 0..255, one scale per row and tile */
-            float w0 = __fmul_rn(p[0], svd[2 * lane]), w1 = __fmul_rn(p[1], svd[2 * lane + 1]);
-            float wmax = warp_max(fmaxf(w0, w1));
-            float inv = xm_u8_inv_scale(wmax);
-            unsigned q2 = (unsigned)xm_q8_round(w0, inv) | (unsigned)xm_q8_round(w1, inv) << 8;
-            int r = warp + NW * i;
-            ((unsigned short *)(sp8 + r * 16))[lane] = (unsigned short)q2;
-            if (lane == 0)
-                spd[r] = xm_u8_scale(wmax);
+            *(float2 *)(p_row + i * NW * APF_KT + 2 * lane) = make_float2(p[0], p[1]);
         }
     }
 
@@ -552,26 +488,12 @@ static __global__ void __launch_bounds__(APF_THREADS(NTY), APF_MIN_BLOCKS)
         int r = warp + NW * i;
         if (r >= n_rows || qpos[i] < p_lo)
             continue;
-        int tk = r / G, qh = h * G + r % G;
-        if (qpos[i] < APF_SPLIT) {
-            float inv = __fdiv_rn(1.0f, l[i]);   /* fast math's 1 / x is approximate */
-            float *o = out + (size_t)(t0 + tk) * a.n_heads * APF_D + (size_t)qh * APF_D + 4 * lane;
-#pragma unroll
-            for (int k = 0; k < 2; k++)
-                *(float4 *)(o + 128 * k) = make_float4(acc[i][k].x * inv, acc[i][k].y * inv,
-                                                       acc[i][k].z * inv, acc[i][k].w * inv);
-            continue;
-        }
-        size_t prow = ((size_t)(tile * CS_ATTN_PTILE + tok0 + tk) * a.n_heads + qh) * a.n_splits +
-                      split;
-        float *o = part_acc + prow * APF_D + 4 * lane;
-#pragma unroll
-        for (int k = 0; k < 2; k++)
-            *(float4 *)(o + 128 * k) = acc[i][k];
-        if (lane == 0)
-            part_ml[prow] = make_float2(m[i], l[i]);
+        apf_write_row(out, part_acc, part_ml, a, b, r, qpos[i], acc[i][0], acc[i][1], m[i], l[i],
+                      lane);
     }
 }
+
+#include "attention_prefill_q8.cuh"   /* the int8 path: K/V copies, staging, dots, kernel */
 
 /* Combine: block (tile of the pass, query head, token in tile), one thread
  * per dim; the row's splits 0..pos / APF_SPLIT merged in split order. Rows
@@ -618,9 +540,9 @@ static __global__ void __launch_bounds__(APF_D)
 static size_t apf_smem_bytes(int nty, bool q8)
 {
     size_t rows = (size_t)4 * nty;
-    size_t q = q8 ? rows * (APF_D / 4) + rows : rows * APF_D;
-    size_t p = q8 ? rows * (APF_KT / 4) + rows + 2 * APF_KT : rows * APF_KT;
-    return (q + APF_CHUNK + p) * sizeof(float);
+    if (q8)
+        return apf_q8_smem_floats((int)rows) * sizeof(float);
+    return (rows * APF_D + APF_CHUNK + rows * APF_KT) * sizeof(float);
 }
 
 template <typename T, int NTY, bool Q8>
@@ -633,11 +555,13 @@ static int apf_launch(struct cuda_ctx *c, float *out, struct apf_args a, int n_t
                   "allows %d", smem, c->smem_optin);
         return CS_EUNSUPPORTED;
     }
-    /* NTY 8, 12, 16 x F32, F16, F16 with int8 scores */
+    void (*kernel)(float *, float *, float2 *, struct apf_args) =
+        Q8 ? k_attn_prefill_q8<NTY> : k_attn_prefill_tiled<T, NTY>;
+    /* NTY 8, 12, 16 x F32, F16, F16 with int8 products */
     unsigned bit = 1u << (3 * (NTY / 4 - 2) + (Q8 ? 2 : sizeof(T) == 2 ? 1 : 0));
     if (!(c->apf_smem_set & bit)) {
-        CS_CUDA_CHECK(cudaFuncSetAttribute(k_attn_prefill_tiled<T, NTY, Q8>,
-                                           cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        CS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           (int)smem));
         c->apf_smem_set |= bit;
     }
     size_t per_tile = (size_t)CS_ATTN_PTILE * a.n_heads * a.n_splits * (APF_D + 2) * sizeof(float);
@@ -657,8 +581,7 @@ static int apf_launch(struct cuda_ctx *c, float *out, struct apf_args a, int n_t
         int n = n_tiles - t0 < pass ? n_tiles - t0 : pass;
         a.tiles = cb->ptiles + t0;
         dim3 grid((unsigned)n * a.subs, a.n_kv, a.n_splits);
-        CS_CUDA_CHECK(cuda_launch(k_attn_prefill_tiled<T, NTY, Q8>, grid, APF_THREADS(NTY), smem,
-                                  c->stream, out, acc, ml, a));
+        CS_CUDA_CHECK(cuda_launch(kernel, grid, APF_THREADS(NTY), smem, c->stream, out, acc, ml, a));
         if (a.n_splits > 1)
             CS_CUDA_CHECK(cuda_launch(k_attn_prefill_combine, dim3(n, a.n_heads, CS_ATTN_PTILE),
                                       APF_D, 0, c->stream, out, (const float *)acc,

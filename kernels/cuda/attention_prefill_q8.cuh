@@ -222,24 +222,27 @@ static __device__ __forceinline__ int apf_dp4a_us(unsigned a, int b, int c)
 
 /* The int8 P.V: ia[i][4k + e] += sum over the 32 positions of V8 chunk vc
  * of P8[r_i][position] V8[position][128 k + 4 lane + e] (pr: row r_0's P8
- * words of the chunk, row i at pr + i NW 16; vt: the chunk at dim 4 lane). */
+ * words of the chunk, row i at pr + i NW 16; vt: the chunk at dim 4 lane).
+ * P8 is read two words (8 positions) a row at a time: 16 registers of P in
+ * flight beside the 64 accumulators, so the kernel fits 128 registers. The
+ * integer sums are exact, so their order does not change the bits. */
 template <int NW>
 static __device__ __forceinline__ void apf_pv_q8(int (&ia)[APF_RPT][8], const unsigned *pr,
                                                  const int *vt)
 {
 #pragma unroll
-    for (int g4 = 0; g4 < 2; g4++) {
-        uint4 pw[APF_RPT];
+    for (int g2 = 0; g2 < 4; g2++) {
+        uint2 pw[APF_RPT];
 #pragma unroll
         for (int i = 0; i < APF_RPT; i++)
-            pw[i] = *(const uint4 *)(pr + i * NW * 16 + 4 * g4);
+            pw[i] = *(const uint2 *)(pr + i * NW * 16 + 2 * g2);
 #pragma unroll
-        for (int jj = 0; jj < 4; jj++) {
-            const int *vr = vt + (4 * g4 + jj) * APF_D;
+        for (int jj = 0; jj < 2; jj++) {
+            const int *vr = vt + (2 * g2 + jj) * APF_D;
             int4 v0 = *(const int4 *)vr, v1 = *(const int4 *)(vr + 128);
 #pragma unroll
             for (int i = 0; i < APF_RPT; i++) {
-                unsigned p = jj == 0 ? pw[i].x : jj == 1 ? pw[i].y : jj == 2 ? pw[i].z : pw[i].w;
+                unsigned p = jj == 0 ? pw[i].x : pw[i].y;
                 ia[i][0] = apf_dp4a_us(p, v0.x, ia[i][0]);
                 ia[i][1] = apf_dp4a_us(p, v0.y, ia[i][1]);
                 ia[i][2] = apf_dp4a_us(p, v0.z, ia[i][2]);
@@ -250,6 +253,192 @@ static __device__ __forceinline__ void apf_pv_q8(int (&ia)[APF_RPT][8], const un
                 ia[i][7] = apf_dp4a_us(p, v1.w, ia[i][7]);
             }
         }
+    }
+}
+
+/* ---- the int8 kernel ---- */
+
+/* Blocks per SM the int8 kernel's registers aim at: 16 warps, 4 per
+ * scheduler (128 registers at 64 rows, 2 blocks of 94 KB of shared memory
+ * on sm_90; 4 blocks of 32 rows). Where shared memory holds fewer blocks
+ * (sm_70: one of 64 rows) the cap only costs registers that would idle. */
+#ifndef APF_Q8_WARPS_PER_SM
+#define APF_Q8_WARPS_PER_SM 16
+#endif
+#define APF_Q8_MIN_BLOCKS(NTY) (APF_Q8_WARPS_PER_SM / (APF_THREADS(NTY) / 32))
+
+/* Shared memory of the int8 kernel (floats), in this order: the rows' fp32
+ * output accumulators [ROWS][256], Q8 [ROWS][64 words], the staging buffer
+ * (2,048 words: a K8 or V8 chunk), P8 [ROWS][16 words], then per row the
+ * Q scale, the P scale, m, l, alpha and the position, and the tile's 64 K
+ * and 64 V scales. 94 KB at 64 rows: sm_70's opt-in limit is 96 KB. */
+#define APF_Q8_STAGE 2048
+static size_t apf_q8_smem_floats(int rows)
+{
+    return (size_t)rows * APF_D + (size_t)rows * 64 + APF_Q8_STAGE + (size_t)rows * 16 +
+           (size_t)rows * 6 + 2 * APF_KT;
+}
+
+/* The int8 path (attn_numerics.h) over an F16 cache: the same blocks, rows
+ * and arithmetic as k_attn_prefill_tiled's fp32 path with int8 DP4A
+ * products (as kernels/cpu/attention.c), arranged to run two blocks per SM:
+ * a row's fp32 accumulators, m, l and alpha live in shared memory (each
+ * thread reads and writes only its own accumulators, once per KV tile), and
+ * a KV tile's four chunks are separate phases (K, K, softmax, V, V, fold),
+ * so the score and the P.V accumulators are never live together. The
+ * int32 P.V sums of a tile fold into the accumulators as fma((float)isum,
+ * d_p, acc * alpha), the fp32 path's alpha scaling and fold in one. */
+template <int NTY>
+static __global__ void __launch_bounds__(APF_THREADS(NTY), APF_Q8_MIN_BLOCKS(NTY))
+    k_attn_prefill_q8(float *out, float *part_acc, float2 *part_ml, struct apf_args a)
+{
+    cuda_pdl_enter();   /* launch.cuh: before any read or write */
+    typedef __half T;
+    const int NT = APF_THREADS(NTY), ROWS = 4 * NTY, NW = NT / 32;
+    static_assert(ROWS == APF_RPT * NW, "a warp owns APF_RPT rows");
+    extern __shared__ __align__(16) float apf_smem[];
+    float *sacc = apf_smem;
+    int *sq8 = (int *)(sacc + ROWS * APF_D);
+    int *sbuf = sq8 + ROWS * 64;
+    unsigned *sp8 = (unsigned *)(sbuf + APF_Q8_STAGE);
+    float *sqd = (float *)(sp8 + ROWS * 16), *spd = sqd + ROWS;
+    float *sm = spd + ROWS, *sl = sm + ROWS, *salpha = sl + ROWS;
+    int *spos = (int *)(salpha + ROWS);
+    float *skd = (float *)(spos + ROWS), *svd = skd + APF_KT;
+    struct apf_block b = apf_block_of(a);
+    if (!b.valid)
+        return;
+    int h = b.h, seq = b.seq, p_lo = b.p_lo, p_end = b.p_end, G = a.group;
+    int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+
+    /* Q rows, scaled and quantized by the warp that owns them: lane l holds
+     * dims 4l.. and 128 + 4l.., words l and 32 + l (as the CPU's
+     * apf_q8_row); the row's state starts empty */
+#pragma unroll 1
+    for (int i = 0; i < APF_RPT; i++) {
+        int r = warp + NW * i;
+        float f[8] = {};
+        if (r < b.n_rows) {
+            const float *qr = a.q + (size_t)(b.t0 + r / G) * a.q_ts + (size_t)(h * G + r % G) * a.q_hs;
+#pragma unroll
+            for (int k = 0; k < 8; k++)
+                f[k] = qr[128 * (k / 4) + 4 * lane + k % 4] * a.scale;
+        }
+        int w[2];
+        float d = apf_q8_warp_row(f, w);
+        sq8[r * 64 + lane] = w[0];
+        sq8[r * 64 + 32 + lane] = w[1];
+        float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        *(float4 *)(sacc + r * APF_D + 4 * lane) = zero;
+        *(float4 *)(sacc + r * APF_D + 128 + 4 * lane) = zero;
+        if (lane == 0) {
+            sqd[r] = d;
+            sm[r] = -INFINITY;
+            sl[r] = 0.0f;
+            spos[r] = r < b.n_rows ? a.pos[b.t0 + r / G] : -1;
+        }
+    }
+
+    int n_kt = (p_end - p_lo + APF_KT - 1) / APF_KT;
+    apf_stage<T, NT> st;
+    float kdv = 0.0f;
+    apf_fetch_k8<T, NT>(st, &kdv, a, seq, h, p_lo, 0, p_end);
+    for (int kt = 0; kt < n_kt; kt++) {
+        int p0 = p_lo + kt * APF_KT;
+        /* S: two K8 chunks (words 0-31, 32-63 of the tile's 64 keys) */
+        int si[APF_RPT][2] = {};
+#pragma unroll
+        for (int hc = 0; hc < 2; hc++) {
+            __syncthreads();   /* the previous chunk (and the Q, P, state writes) done with */
+            apf_put_k8<T, NT>(sbuf, st);
+            if (hc == 0 && tid < 2 * APF_KT)
+                skd[tid] = kdv;   /* K scales, then V scales (svd) */
+            __syncthreads();
+            if (hc == 0)
+                apf_fetch_k8<T, NT>(st, &kdv, a, seq, h, p0, 1, p_end);
+            else
+                apf_fetch_v8<T, NT>(st, a, seq, h, p0, 0, p_end);
+            apf_scores_q8<NW>(si, sq8 + warp * 64 + 32 * hc, sbuf + 2 * lane);
+        }
+        /* online softmax over the tile (positions p0 + 2 lane + jj), P8 and
+         * its scale, as the fp32 path and the CPU's apf_softmax_q8 */
+#pragma unroll
+        for (int i = 0; i < APF_RPT; i++) {
+            int r = warp + NW * i;
+            float dq = sqd[r], m_old = sm[r], l_old = sl[r];
+            int qpos = spos[r];
+            float s[2], mx = -INFINITY;
+#pragma unroll
+            for (int jj = 0; jj < 2; jj++) {
+                s[jj] = __fmul_rn(__int2float_rn(si[i][jj]), __fmul_rn(dq, skd[2 * lane + jj]));
+                if (p0 + 2 * lane + jj > qpos)
+                    s[jj] = -INFINITY;
+                mx = fmaxf(mx, s[jj]);
+            }
+            float m_new = fmaxf(m_old, warp_max(mx));
+            /* xm_exp_nonpos: see k_attn_prefill_tiled */
+            float alpha = m_new == m_old ? 1.0f : xm_exp_nonpos(m_old - m_new);
+            float p[2];
+#pragma unroll
+            for (int jj = 0; jj < 2; jj++)
+                p[jj] = m_new == -INFINITY ? 0.0f : xm_exp_nonpos(s[jj] - m_new);
+            float ls = tile_sum(p[0], p[1], lane);
+            /* the weights p d_v on 0..255, one scale per row and tile */
+            float w0 = __fmul_rn(p[0], svd[2 * lane]), w1 = __fmul_rn(p[1], svd[2 * lane + 1]);
+            float wmax = warp_max(fmaxf(w0, w1));
+            float inv = xm_u8_inv_scale(wmax);
+            unsigned q2 = (unsigned)xm_q8_round(w0, inv) | (unsigned)xm_q8_round(w1, inv) << 8;
+            ((unsigned short *)(sp8 + r * 16))[lane] = (unsigned short)q2;
+            if (lane == 0) {   /* every lane read m, l above (warp_max synchronised them) */
+                sm[r] = m_new;
+                sl[r] = __fmaf_rn(l_old, alpha, ls);
+                salpha[r] = alpha;
+                spd[r] = xm_u8_scale(wmax);
+            }
+        }
+        /* P.V: two V8 chunks (positions 0-31, 32-63) */
+        int ia[APF_RPT][8] = {};
+#pragma unroll
+        for (int hc = 0; hc < 2; hc++) {
+            __syncthreads();
+            apf_put_v8<T, NT>(sbuf, st);
+            __syncthreads();
+            if (hc == 0)
+                apf_fetch_v8<T, NT>(st, a, seq, h, p0, 1, p_end);
+            else if (kt + 1 < n_kt)
+                apf_fetch_k8<T, NT>(st, &kdv, a, seq, h, p0 + APF_KT, 0, p_end);
+            apf_pv_q8<NW>(ia, sp8 + warp * 16 + 8 * hc, sbuf + 4 * lane);
+        }
+        /* fold: acc = fma((float)isum, d_p, acc * alpha), the thread's own
+         * 8 dims of each of its rows */
+#pragma unroll
+        for (int i = 0; i < APF_RPT; i++) {
+            int r = warp + NW * i;
+            float dp = spd[r], alpha = salpha[r];
+#pragma unroll
+            for (int k = 0; k < 2; k++) {
+                float4 *o = (float4 *)(sacc + r * APF_D + 128 * k + 4 * lane);
+                float4 v = *o;
+                v.x = __fmaf_rn(__int2float_rn(ia[i][4 * k]), dp, v.x * alpha);
+                v.y = __fmaf_rn(__int2float_rn(ia[i][4 * k + 1]), dp, v.y * alpha);
+                v.z = __fmaf_rn(__int2float_rn(ia[i][4 * k + 2]), dp, v.z * alpha);
+                v.w = __fmaf_rn(__int2float_rn(ia[i][4 * k + 3]), dp, v.w * alpha);
+                *o = v;
+            }
+        }
+    }
+
+    /* rows with a position in this split: the output (one split) or a partial */
+    __syncwarp();   /* lane 0's m and l */
+#pragma unroll 1
+    for (int i = 0; i < APF_RPT; i++) {
+        int r = warp + NW * i;
+        int qpos = spos[r];
+        if (r >= b.n_rows || qpos < p_lo)
+            continue;
+        const float *o = sacc + r * APF_D + 4 * lane;
+        apf_write_row(out, part_acc, part_ml, a, b, r, qpos, *(const float4 *)o,
+                      *(const float4 *)(o + 128), sm[r], sl[r], lane);
     }
 }
 
