@@ -1,7 +1,10 @@
 /* attention_prefill.cu - causal GQA attention for the prefill tokens of a
  * step (attention_prefill.h): a register-tiled FP32 flash-attention kernel,
  * FFMA only (the target GPUs' tensor cores are unusable), over paged KV of
- * F16 or F32 elements, head_dim 256.
+ * F16 or F32 elements, head_dim 256. Over an F16 cache the default is the
+ * int8 DP4A kernel of attention_prefill_q8.cuh (attn_numerics.h): the same
+ * blocks, rows and tiles as described here, its accumulators in shared
+ * memory so that two blocks share an SM.
  *
  * Why: attention.cu's prefill kernel gives each warp a few query rows and
  * reduces every score across the warp with shuffles; it reads K/V from L2

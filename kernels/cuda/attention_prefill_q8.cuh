@@ -1,9 +1,10 @@
 /* attention_prefill_q8.cuh - the int8 path of attention_prefill.cu
  * (kernels/attn_numerics.h): the per-step int8 copy of the K and V pages
- * (k_attn_prefill_kv8), the staging of their chunks, and the DP4A micro-
- * kernels of the scores and of P.V. Included by attention_prefill.cu after its staging helpers
- * and constants (struct apf_args, apf_stage, apf_row, APF_*); not a header
- * of its own. */
+ * (k_attn_prefill_kv8), the staging of their chunks, the DP4A micro-
+ * kernels of the scores and of P.V, and the kernel k_attn_prefill_q8.
+ * Included by attention_prefill.cu after its staging helpers, constants and
+ * block helpers (struct apf_args, apf_stage, apf_row, apf_block_of,
+ * apf_write_row, tile_sum, APF_*); not a header of its own. */
 #ifndef CS_CUDA_ATTENTION_PREFILL_Q8_CUH
 #define CS_CUDA_ATTENTION_PREFILL_Q8_CUH
 
@@ -273,10 +274,15 @@ static __device__ __forceinline__ void apf_pv_q8(int (&ia)[APF_RPT][8], const un
  * Q scale, the P scale, m, l, alpha and the position, and the tile's 64 K
  * and 64 V scales. 94 KB at 64 rows: sm_70's opt-in limit is 96 KB. */
 #define APF_Q8_STAGE 2048
+/* Staging buffers: 1 (two barriers a chunk) or 2 (the next chunk is stored
+ * while the last is read: one barrier a chunk, 8 KB more). */
+#ifndef APF_Q8_STAGES
+#define APF_Q8_STAGES 1
+#endif
 static size_t apf_q8_smem_floats(int rows)
 {
-    return (size_t)rows * APF_D + (size_t)rows * 64 + APF_Q8_STAGE + (size_t)rows * 16 +
-           (size_t)rows * 6 + 2 * APF_KT;
+    return (size_t)rows * APF_D + (size_t)rows * 64 + APF_Q8_STAGES * APF_Q8_STAGE +
+           (size_t)rows * 16 + (size_t)rows * 6 + 2 * APF_KT;
 }
 
 /* The int8 path (attn_numerics.h) over an F16 cache: the same blocks, rows
@@ -300,7 +306,7 @@ static __global__ void __launch_bounds__(APF_THREADS(NTY), APF_Q8_MIN_BLOCKS(NTY
     float *sacc = apf_smem;
     int *sq8 = (int *)(sacc + ROWS * APF_D);
     int *sbuf = sq8 + ROWS * 64;
-    unsigned *sp8 = (unsigned *)(sbuf + APF_Q8_STAGE);
+    unsigned *sp8 = (unsigned *)(sbuf + APF_Q8_STAGES * APF_Q8_STAGE);
     float *sqd = (float *)(sp8 + ROWS * 16), *spd = sqd + ROWS;
     float *sm = spd + ROWS, *sl = sm + ROWS, *salpha = sl + ROWS;
     int *spos = (int *)(salpha + ROWS);
@@ -349,8 +355,10 @@ static __global__ void __launch_bounds__(APF_THREADS(NTY), APF_Q8_MIN_BLOCKS(NTY
         int si[APF_RPT][2] = {};
 #pragma unroll
         for (int hc = 0; hc < 2; hc++) {
-            __syncthreads();   /* the previous chunk (and the Q, P, state writes) done with */
-            apf_put_k8<T, NT>(sbuf, st);
+            int *buf = sbuf + (APF_Q8_STAGES == 2 ? hc : 0) * APF_Q8_STAGE;
+            if (APF_Q8_STAGES == 1)
+                __syncthreads();   /* the previous chunk (and the Q, P, state writes) done with */
+            apf_put_k8<T, NT>(buf, st);
             if (hc == 0 && tid < 2 * APF_KT)
                 skd[tid] = kdv;   /* K scales, then V scales (svd) */
             __syncthreads();
@@ -358,7 +366,7 @@ static __global__ void __launch_bounds__(APF_THREADS(NTY), APF_Q8_MIN_BLOCKS(NTY
                 apf_fetch_k8<T, NT>(st, &kdv, a, seq, h, p0, 1, p_end);
             else
                 apf_fetch_v8<T, NT>(st, a, seq, h, p0, 0, p_end);
-            apf_scores_q8<NW>(si, sq8 + warp * 64 + 32 * hc, sbuf + 2 * lane);
+            apf_scores_q8<NW>(si, sq8 + warp * 64 + 32 * hc, buf + 2 * lane);
         }
         /* online softmax over the tile (positions p0 + 2 lane + jj), P8 and
          * its scale, as the fp32 path and the CPU's apf_softmax_q8 */
@@ -400,14 +408,16 @@ static __global__ void __launch_bounds__(APF_THREADS(NTY), APF_Q8_MIN_BLOCKS(NTY
         int ia[APF_RPT][8] = {};
 #pragma unroll
         for (int hc = 0; hc < 2; hc++) {
-            __syncthreads();
-            apf_put_v8<T, NT>(sbuf, st);
+            int *buf = sbuf + (APF_Q8_STAGES == 2 ? hc : 0) * APF_Q8_STAGE;
+            if (APF_Q8_STAGES == 1)
+                __syncthreads();
+            apf_put_v8<T, NT>(buf, st);
             __syncthreads();
             if (hc == 0)
                 apf_fetch_v8<T, NT>(st, a, seq, h, p0, 1, p_end);
             else if (kt + 1 < n_kt)
                 apf_fetch_k8<T, NT>(st, &kdv, a, seq, h, p0 + APF_KT, 0, p_end);
-            apf_pv_q8<NW>(ia, sp8 + warp * 16 + 8 * hc, sbuf + 4 * lane);
+            apf_pv_q8<NW>(ia, sp8 + warp * 16 + 8 * hc, buf + 4 * lane);
         }
         /* fold: acc = fma((float)isum, d_p, acc * alpha), the thread's own
          * 8 dims of each of its rows */
