@@ -259,6 +259,22 @@ static __device__ __forceinline__ void apf_pv_q8(int (&ia)[APF_RPT][8], const un
 
 /* ---- the int8 kernel ---- */
 
+/* The maximum of v over the warp: on sm_80+ one REDUX of the floats'
+ * order-preserving integer keys (negative floats get their magnitude bits
+ * flipped) instead of five shuffles and five FMNMX. The value is warp_max's;
+ * only the sign of a zero maximum may differ, which no later operation sees
+ * (x - (-0) == x - 0, and -0 == +0 keeps alpha at 1). */
+static __device__ __forceinline__ float apf_warp_max(float v)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    int b = __float_as_int(v);
+    int m = __reduce_max_sync(CS_FULL_MASK, b ^ ((b >> 31) & 0x7fffffff));
+    return __int_as_float(m ^ ((m >> 31) & 0x7fffffff));
+#else
+    return warp_max(v);
+#endif
+}
+
 /* Blocks per SM the int8 kernel's registers aim at: 16 warps, 4 per
  * scheduler (128 registers at 64 rows, 2 blocks of 94 KB of shared memory
  * on sm_90; 4 blocks of 32 rows). Where shared memory holds fewer blocks
@@ -383,7 +399,7 @@ static __global__ void __launch_bounds__(APF_THREADS(NTY), APF_Q8_MIN_BLOCKS(NTY
                     s[jj] = -INFINITY;
                 mx = fmaxf(mx, s[jj]);
             }
-            float m_new = fmaxf(m_old, warp_max(mx));
+            float m_new = fmaxf(m_old, apf_warp_max(mx));
             /* xm_exp_nonpos: see k_attn_prefill_tiled */
             float alpha = m_new == m_old ? 1.0f : xm_exp_nonpos(m_old - m_new);
             float p[2];
@@ -393,11 +409,11 @@ static __global__ void __launch_bounds__(APF_THREADS(NTY), APF_Q8_MIN_BLOCKS(NTY
             float ls = tile_sum(p[0], p[1], lane);
             /* the weights p d_v on 0..255, one scale per row and tile */
             float w0 = __fmul_rn(p[0], svd[2 * lane]), w1 = __fmul_rn(p[1], svd[2 * lane + 1]);
-            float wmax = warp_max(fmaxf(w0, w1));
+            float wmax = apf_warp_max(fmaxf(w0, w1));
             float inv = xm_u8_inv_scale(wmax);
             unsigned q2 = (unsigned)xm_q8_round(w0, inv) | (unsigned)xm_q8_round(w1, inv) << 8;
             ((unsigned short *)(sp8 + r * 16))[lane] = (unsigned short)q2;
-            if (lane == 0) {   /* every lane read m, l above (warp_max synchronised them) */
+            if (lane == 0) {   /* every lane read m, l above (the max synchronised them) */
                 sm[r] = m_new;
                 sl[r] = __fmaf_rn(l_old, alpha, ls);
                 salpha[r] = alpha;
