@@ -23,6 +23,22 @@ static __device__ __forceinline__ long long apf_k8_row(const struct apf_args &a,
     return ((long long)pg * a.page_size + (pos - pi * a.page_size)) * a.n_kv + h;
 }
 
+/* The int8 row of position p0 + j (0 <= j < 64) of a KV tile at p0 (a
+ * multiple of 64): one page lookup per tile when pages hold whole tiles
+ * (base = apf_k8_row of p0, the same for every thread), else per position. */
+static __device__ __forceinline__ long long apf_k8_tile_base(const struct apf_args &a, int seq,
+                                                             int h, int p0)
+{
+    return a.page_size % APF_KT == 0 ? apf_k8_row(a, seq, h, p0) : -2;
+}
+static __device__ __forceinline__ long long apf_k8_row_in(const struct apf_args &a, long long base,
+                                                          int seq, int h, int p0, int j)
+{
+    if (base == -2)
+        return apf_k8_row(a, seq, h, p0 + j);
+    return base < 0 ? -1 : base + (long long)j * a.n_kv;
+}
+
 /* One 256-value row held by a warp, 8 values a lane (f), as int8
  * (attn_numerics.h, the CPU's apf_q8_row): the lane's 8 values packed in
  * w[0] (f[0..3]) and w[1] (f[4..7]), the row's scale returned to every
@@ -101,13 +117,14 @@ static __device__ __forceinline__ void apf_fetch_k8(apf_stage<T, NT> &r, float *
                                                     int p0, int hc, int p_end)
 {
     const int IT = (APF_KT * 4 + NT - 1) / NT;   /* 256 pairs of 32 B a chunk */
+    long long base = apf_k8_tile_base(a, seq, h, p0);
 #pragma unroll
     for (int it = 0; it < IT; it++) {
         int c = threadIdx.x + it * NT;
         int j = c % APF_KT, e = c / APF_KT;       /* position, 8-word group */
         r.v[2 * it] = r.v[2 * it + 1] = make_int4(0, 0, 0, 0);
         if (c < APF_KT * 4 && p0 + j < p_end) {
-            long long row = apf_k8_row(a, seq, h, p0 + j);
+            long long row = apf_k8_row_in(a, base, seq, h, p0, j);
             if (row >= 0) {
                 const int4 *src = (const int4 *)(a.k8 + row * 64 + 32 * hc + 8 * e);
                 r.v[2 * it] = __ldg(src);
@@ -117,7 +134,7 @@ static __device__ __forceinline__ void apf_fetch_k8(apf_stage<T, NT> &r, float *
     }
     if (hc == 0 && threadIdx.x < 2 * APF_KT) {
         int j = threadIdx.x % APF_KT;
-        long long row = p0 + j < p_end ? apf_k8_row(a, seq, h, p0 + j) : -1;
+        long long row = p0 + j < p_end ? apf_k8_row_in(a, base, seq, h, p0, j) : -1;
         *kdv = row >= 0 ? __ldg((threadIdx.x < APF_KT ? a.kd : a.vd) + row) : 0.0f;
     }
 }
@@ -177,14 +194,15 @@ static __device__ __forceinline__ void apf_fetch_v8(apf_stage<T, NT> &r, const s
     const int IT = (512 + NT - 1) / NT;
     static_assert(IT <= apf_stage<T, NT>::N, "the staging registers hold a V8 chunk");
     int *rw = (int *)r.v;
+    long long base = apf_k8_tile_base(a, seq, h, p0);
 #pragma unroll
     for (int it = 0; it < IT; it++) {
         int u = threadIdx.x + it * NT;
         int gp = u / 64, w = u % 64;
 #pragma unroll
         for (int k = 0; k < 4; k++) {
-            int p = p0 + 32 * hc + 4 * gp + k;
-            long long row = u < 512 && p < p_end ? apf_k8_row(a, seq, h, p) : -1;
+            int j = 32 * hc + 4 * gp + k, p = p0 + j;
+            long long row = u < 512 && p < p_end ? apf_k8_row_in(a, base, seq, h, p0, j) : -1;
             rw[4 * it + k] = row >= 0 ? __ldg(a.v8 + row * 64 + w) : 0;
         }
     }
@@ -258,6 +276,41 @@ static __device__ __forceinline__ void apf_pv_q8(int (&ia)[APF_RPT][8], const un
 }
 
 /* ---- the int8 kernel ---- */
+
+/* c ? a : b by a predicated select the compiler cannot turn back into a
+ * branch around the computation of a or b (it did, for plain ?:). */
+static __device__ __forceinline__ float apf_select(bool c, float a, float b)
+{
+    float r;
+    asm("{\n\t.reg .pred p;\n\tsetp.ne.s32 p, %1, 0;\n\tselp.f32 %0, %2, %3, p;\n\t}"
+        : "=f"(r)
+        : "r"((int)c), "f"(a), "f"(b));
+    return r;
+}
+
+/* exact_math.h's xm_exp_nonpos, operation for operation, without its branch:
+ * the polynomial is formed for every x and 0 selected after for x < -87
+ * (and -inf), so a warp's rows can overlap their latencies. The same bits
+ * wherever xm_exp_nonpos returns its polynomial. */
+static __device__ __forceinline__ float apf_exp_nonpos(float x)
+{
+    const float shifter = 12582912.0f;
+    float t = __fmaf_rn(x, 1.44269502f, shifter);
+    float n = __fsub_rn(t, shifter);
+    float r = __fmaf_rn(n, -0.693145751953125f, x);
+    r = __fmaf_rn(n, -1.42860677e-06f, r);
+    float p = 1.98412698e-04f;
+    p = __fmaf_rn(p, r, 1.38888889e-03f);
+    p = __fmaf_rn(p, r, 8.33333333e-03f);
+    p = __fmaf_rn(p, r, 4.16666667e-02f);
+    p = __fmaf_rn(p, r, 1.66666667e-01f);
+    p = __fmaf_rn(p, r, 0.5f);
+    p = __fmaf_rn(p, r, 1.0f);
+    p = __fmaf_rn(p, r, 1.0f);
+    unsigned k = (unsigned)(__float_as_int(t) - __float_as_int(shifter));
+    float v = __fmul_rn(p, __int_as_float((int)((k + 127u) << 23)));
+    return apf_select(x < -87.0f, 0.0f, v);
+}
 
 /* The maximum of v over the warp: on sm_80+ one REDUX of the floats'
  * order-preserving integer keys (negative floats get their magnitude bits
@@ -385,40 +438,69 @@ static __global__ void __launch_bounds__(APF_THREADS(NTY), APF_Q8_MIN_BLOCKS(NTY
             apf_scores_q8<NW>(si, sq8 + warp * 64 + 32 * hc, buf + 2 * lane);
         }
         /* online softmax over the tile (positions p0 + 2 lane + jj), P8 and
-         * its scale, as the fp32 path and the CPU's apf_softmax_q8 */
+         * its scale, as the fp32 path and the CPU's apf_softmax_q8: each
+         * step for all of the warp's rows before the next, branch-free, so
+         * that the rows' latencies (maxima, exps, shuffles) overlap */
+        float s[APF_RPT][2], m_old[APF_RPT], m_new[APF_RPT];
 #pragma unroll
         for (int i = 0; i < APF_RPT; i++) {
             int r = warp + NW * i;
-            float dq = sqd[r], m_old = sm[r], l_old = sl[r];
+            float dq = sqd[r];
             int qpos = spos[r];
-            float s[2], mx = -INFINITY;
+            m_old[i] = sm[r];
 #pragma unroll
             for (int jj = 0; jj < 2; jj++) {
-                s[jj] = __fmul_rn(__int2float_rn(si[i][jj]), __fmul_rn(dq, skd[2 * lane + jj]));
+                s[i][jj] = __fmul_rn(__int2float_rn(si[i][jj]), __fmul_rn(dq, skd[2 * lane + jj]));
                 if (p0 + 2 * lane + jj > qpos)
-                    s[jj] = -INFINITY;
-                mx = fmaxf(mx, s[jj]);
+                    s[i][jj] = -INFINITY;
             }
-            float m_new = fmaxf(m_old, apf_warp_max(mx));
-            /* xm_exp_nonpos: see k_attn_prefill_tiled */
-            float alpha = m_new == m_old ? 1.0f : xm_exp_nonpos(m_old - m_new);
-            float p[2];
+        }
 #pragma unroll
-            for (int jj = 0; jj < 2; jj++)
-                p[jj] = m_new == -INFINITY ? 0.0f : xm_exp_nonpos(s[jj] - m_new);
-            float ls = tile_sum(p[0], p[1], lane);
-            /* the weights p d_v on 0..255, one scale per row and tile */
-            float w0 = __fmul_rn(p[0], svd[2 * lane]), w1 = __fmul_rn(p[1], svd[2 * lane + 1]);
-            float wmax = apf_warp_max(fmaxf(w0, w1));
-            float inv = xm_u8_inv_scale(wmax);
-            unsigned q2 = (unsigned)xm_q8_round(w0, inv) | (unsigned)xm_q8_round(w1, inv) << 8;
+        for (int i = 0; i < APF_RPT; i++)
+            m_new[i] = fmaxf(m_old[i], apf_warp_max(fmaxf(s[i][0], s[i][1])));
+        float ls[APF_RPT], wmax[APF_RPT];
+#pragma unroll
+        for (int i = 0; i < APF_RPT; i++) {
+#pragma unroll
+            for (int jj = 0; jj < 2; jj++)   /* xm_exp_nonpos's values (see k_attn_prefill_tiled) */
+                s[i][jj] = apf_select(m_new[i] == -INFINITY, 0.0f, apf_exp_nonpos(s[i][jj] - m_new[i]));
+        }
+#pragma unroll
+        for (int i = 0; i < APF_RPT; i++)
+            ls[i] = tile_sum(s[i][0], s[i][1], lane);
+        /* the weights p d_v on 0..255, one scale per row and tile */
+        float dv0 = svd[2 * lane], dv1 = svd[2 * lane + 1];
+#pragma unroll
+        for (int i = 0; i < APF_RPT; i++) {
+            s[i][0] = __fmul_rn(s[i][0], dv0);
+            s[i][1] = __fmul_rn(s[i][1], dv1);
+            wmax[i] = apf_warp_max(fmaxf(s[i][0], s[i][1]));
+        }
+#pragma unroll
+        for (int i = 0; i < APF_RPT; i++) {
+            int r = warp + NW * i;
+            float inv = xm_u8_inv_scale(wmax[i]);
+            unsigned q2 = (unsigned)xm_q8_round(s[i][0], inv) | (unsigned)xm_q8_round(s[i][1], inv) << 8;
             ((unsigned short *)(sp8 + r * 16))[lane] = (unsigned short)q2;
-            if (lane == 0) {   /* every lane read m, l above (the max synchronised them) */
-                sm[r] = m_new;
-                sl[r] = __fmaf_rn(l_old, alpha, ls);
-                salpha[r] = alpha;
-                spd[r] = xm_u8_scale(wmax);
-            }
+        }
+        /* the rows' state: lane i updates row r_i (every lane holds every
+         * row's values; one exp and one division a lane instead of eight) */
+        float mo = m_old[0], mn = m_new[0], lsum = ls[0], wm = wmax[0];
+#pragma unroll
+        for (int i = 1; i < APF_RPT; i++) {
+            mo = lane == i ? m_old[i] : mo;
+            mn = lane == i ? m_new[i] : mn;
+            lsum = lane == i ? ls[i] : lsum;
+            wm = lane == i ? wmax[i] : wm;
+        }
+        if (lane < APF_RPT) {   /* every lane read m and l above (the maxima synchronised them) */
+            int r = warp + NW * lane;
+            /* an unchanged max keeps acc and l bit-identical (alpha = 1) */
+            float alpha = mn == mo ? 1.0f : xm_exp_nonpos(mo - mn);
+            sm[r] = mn;
+            sl[r] = __fmaf_rn(sl[r], alpha, lsum);
+            salpha[r] = alpha;
+            spd[r] = xm_u8_scale(wm);
         }
         /* P.V: two V8 chunks (positions 0-31, 32-63) */
         int ia[APF_RPT][8] = {};
