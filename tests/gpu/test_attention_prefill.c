@@ -5,7 +5,7 @@
  * attention.cu was wired to it; the op's timing adds only its checks).
  *
  * 1. Accuracy: one batch of four sequences over paged KV (page size 256,
- *    scattered pages): 37 prefill tokens at position 100, 600 at 0, 512 at
+ *    and 100 and 96 for two F16 shapes; scattered pages): 37 prefill tokens at position 100, 600 at 0, 512 at
  *    5000 (KV splits of 2048: three splits, partials and the combine) and a
  *    decode token at 1300, for GQA shapes 16/4 (9B), 24/4 (27B), 2/1, 8/1,
  *    5/1, 4/4, F16 and F32 KV, head_dim 256. Both the entry (prefill rows
@@ -153,12 +153,12 @@ static int prefill(float *out, const float *q, int qs, int Hq, const struct cs_k
 
 /* ---- 1 and 2: accuracy and invariance ---- */
 
-static void test_shape(int Hq, int Hkv, uint32_t kv_type, const char *tag)
+static void test_shape(int Hq, int Hkv, uint32_t kv_type, int ps, const char *tag)
 {
     char name[96];
-    int MP = 24;   /* pages per sequence: positions up to 6143 */
+    int MP = (6144 + ps - 1) / ps;   /* pages per sequence: positions up to 6143 */
     struct cs_kv_layer kvc, kvg;
-    struct pair kvp = kv_pair_new(&kvc, &kvg, kv_type, POOL * MP, PS, Hkv, D);
+    struct pair kvp = kv_pair_new(&kvc, &kvg, kv_type, POOL * MP, ps, Hkv, D);
     int kd = Hkv * D, qs = Hq * 2 * D;
     /* history (positions before the step), stored on both backends */
     int hist[4] = {100, 0, 5000, 1300}, id[4] = {0, 1, 2, 3};
@@ -310,14 +310,18 @@ int main(void)
     int rc = gpu_pair_open();
     if (rc != 0)
         return rc;
-    test_shape(16, 4, CS_DTYPE_F16, "9B f16");
-    test_shape(16, 4, CS_DTYPE_F32, "9B f32");
-    test_shape(24, 4, CS_DTYPE_F16, "27B f16");
-    test_shape(24, 4, CS_DTYPE_F32, "27B f32");
-    test_shape(2, 1, CS_DTYPE_F16, "G2 f16");
-    test_shape(8, 1, CS_DTYPE_F32, "G8 f32");
-    test_shape(5, 1, CS_DTYPE_F16, "G5 f16");
-    test_shape(4, 4, CS_DTYPE_F32, "G1 f32");
+    test_shape(16, 4, CS_DTYPE_F16, PS, "9B f16");
+    test_shape(16, 4, CS_DTYPE_F32, PS, "9B f32");
+    test_shape(24, 4, CS_DTYPE_F16, PS, "27B f16");
+    test_shape(24, 4, CS_DTYPE_F32, PS, "27B f32");
+    test_shape(2, 1, CS_DTYPE_F16, PS, "G2 f16");
+    test_shape(8, 1, CS_DTYPE_F32, PS, "G8 f32");
+    test_shape(5, 1, CS_DTYPE_F16, PS, "G5 f16");
+    test_shape(4, 4, CS_DTYPE_F32, PS, "G1 f32");
+    /* pages that do not hold whole 64-position KV tiles: the int8 path
+     * looks each position's page up (attention_prefill_q8.cuh) */
+    test_shape(16, 4, CS_DTYPE_F16, 100, "9B f16 pages of 100");
+    test_shape(24, 4, CS_DTYPE_F16, 96, "27B f16 pages of 96");
     bench(2048, 0, "T2048");
     bench(512, 32256, "32K_last512");
     gpu_pair_close();
