@@ -39,6 +39,28 @@ static __device__ __forceinline__ long long apf_k8_row_in(const struct apf_args 
     return base < 0 ? -1 : base + (long long)j * a.n_kv;
 }
 
+/* Pages that hold whole 64-position KV tiles (page_size % 64 == 0, the
+ * default 256) get the int8 copies in the layouts the kernel's stage holds,
+ * written so by k_attn_prefill_kv8: per (page tile, kv head) 64 x 64 words
+ * at the rows the tile's 64 positions of that head would use in row layout
+ * (rows tile0 + 64 h .. + 63, tile0 the row of the tile's first position and
+ * head 0), K as [word][position] and V as [group of 4 positions][dim] (a
+ * word holding the group's 4 bytes of one dim). A chunk (half a tile) is
+ * then 8 KB of contiguous words, copied as they are: no per-position page
+ * lookups, byte permutes or 4-byte loads. Other page sizes keep the row
+ * layout [position][64 words] and transpose on the way in. */
+static __device__ __forceinline__ bool apf_tiled(const struct apf_args &a)
+{
+    return a.page_size % APF_KT == 0;
+}
+
+/* The first word of head h's tile, from the row of the tile's first
+ * position (base = apf_k8_row(p0) = tile0 + h). */
+static __device__ __forceinline__ long long apf_tile_words(long long base, int h)
+{
+    return (base + 63LL * h) * 64;
+}
+
 /* One 256-value row held by a warp, 8 values a lane (f), as int8
  * (attn_numerics.h, the CPU's apf_q8_row): the lane's 8 values packed in
  * w[0] (f[0..3]) and w[1] (f[4..7]), the row's scale returned to every
@@ -99,10 +121,54 @@ static __global__ void __launch_bounds__(256)
             float d = apf_q8_warp_row(f, w);
             int32_t *q8 = which ? v8 : k8;
             float *qd = which ? vd : kd;
-            ((int2 *)(q8 + row * 64))[lane] = make_int2(w[0], w[1]);
+            if (!apf_tiled(a)) {
+                ((int2 *)(q8 + row * 64))[lane] = make_int2(w[0], w[1]);
+            } else {
+                int j = p % APF_KT;   /* = the page slot's, pages hold whole tiles */
+                long long tw = apf_tile_words(row - (long long)j * a.n_kv, h);
+                if (!which) {   /* K: [word][position]; lane l holds words 2l, 2l + 1 */
+                    q8[tw + (2 * lane) * APF_KT + j] = w[0];
+                    q8[tw + (2 * lane + 1) * APF_KT + j] = w[1];
+                } else {        /* V: byte j % 4 of word dim of group j / 4 */
+                    int8_t *g = (int8_t *)(q8 + tw + (j / 4) * APF_D + 8 * lane) + j % 4;
+#pragma unroll
+                    for (int k = 0; k < 8; k++)
+                        g[4 * k] = (int8_t)(w[k / 4] >> (8 * (k % 4)));
+                }
+            }
             if (lane == 0)
                 qd[row] = d;
         }
+    }
+}
+
+/* Fetch chunk hc of a tiled copy (q8: the K or the V copy; K words 32 hc..
+ * 32 hc + 31, or V positions 32 hc..32 hc + 31): 512 int4 of contiguous
+ * words, int4 u by thread u % NT; zeros where the tile's page is out of
+ * range (base < 0). */
+template <typename T, int NT>
+static __device__ __forceinline__ void apf_fetch_tiled(apf_stage<T, NT> &r, const int32_t *q8,
+                                                       long long base, int h, int hc)
+{
+    const int IT = (512 + NT - 1) / NT;
+    static_assert(IT <= apf_stage<T, NT>::N, "the staging registers hold a chunk");
+    const int4 *src = (const int4 *)(q8 + apf_tile_words(base, h) + 2048 * hc);
+#pragma unroll
+    for (int it = 0; it < IT; it++) {
+        int u = threadIdx.x + it * NT;
+        r.v[it] = u < 512 && base >= 0 ? __ldg(src + u) : make_int4(0, 0, 0, 0);
+    }
+}
+
+template <typename T, int NT>
+static __device__ __forceinline__ void apf_put_tiled(int *buf, const apf_stage<T, NT> &r)
+{
+    const int IT = (512 + NT - 1) / NT;
+#pragma unroll
+    for (int it = 0; it < IT; it++) {
+        int u = threadIdx.x + it * NT;
+        if (u < 512)
+            ((int4 *)buf)[u] = r.v[it];
     }
 }
 
@@ -118,8 +184,10 @@ static __device__ __forceinline__ void apf_fetch_k8(apf_stage<T, NT> &r, float *
 {
     const int IT = (APF_KT * 4 + NT - 1) / NT;   /* 256 pairs of 32 B a chunk */
     long long base = apf_k8_tile_base(a, seq, h, p0);
+    if (apf_tiled(a))
+        apf_fetch_tiled<T, NT>(r, a.k8, base, h, hc);
 #pragma unroll
-    for (int it = 0; it < IT; it++) {
+    for (int it = 0; it < IT && !apf_tiled(a); it++) {
         int c = threadIdx.x + it * NT;
         int j = c % APF_KT, e = c / APF_KT;       /* position, 8-word group */
         r.v[2 * it] = r.v[2 * it + 1] = make_int4(0, 0, 0, 0);
@@ -195,6 +263,10 @@ static __device__ __forceinline__ void apf_fetch_v8(apf_stage<T, NT> &r, const s
     static_assert(IT <= apf_stage<T, NT>::N, "the staging registers hold a V8 chunk");
     int *rw = (int *)r.v;
     long long base = apf_k8_tile_base(a, seq, h, p0);
+    if (apf_tiled(a)) {
+        apf_fetch_tiled<T, NT>(r, a.v8, base, h, hc);
+        return;
+    }
 #pragma unroll
     for (int it = 0; it < IT; it++) {
         int u = threadIdx.x + it * NT;
@@ -427,7 +499,10 @@ static __global__ void __launch_bounds__(APF_THREADS(NTY), APF_Q8_MIN_BLOCKS(NTY
             int *buf = sbuf + (APF_Q8_STAGES == 2 ? hc : 0) * APF_Q8_STAGE;
             if (APF_Q8_STAGES == 1)
                 __syncthreads();   /* the previous chunk (and the Q, P, state writes) done with */
-            apf_put_k8<T, NT>(buf, st);
+            if (apf_tiled(a))
+                apf_put_tiled<T, NT>(buf, st);
+            else
+                apf_put_k8<T, NT>(buf, st);
             if (hc == 0 && tid < 2 * APF_KT)
                 skd[tid] = kdv;   /* K scales, then V scales (svd) */
             __syncthreads();
@@ -509,7 +584,10 @@ static __global__ void __launch_bounds__(APF_THREADS(NTY), APF_Q8_MIN_BLOCKS(NTY
             int *buf = sbuf + (APF_Q8_STAGES == 2 ? hc : 0) * APF_Q8_STAGE;
             if (APF_Q8_STAGES == 1)
                 __syncthreads();
-            apf_put_v8<T, NT>(buf, st);
+            if (apf_tiled(a))
+                apf_put_tiled<T, NT>(buf, st);
+            else
+                apf_put_v8<T, NT>(buf, st);
             __syncthreads();
             if (hc == 0)
                 apf_fetch_v8<T, NT>(st, a, seq, h, p0, 1, p_end);
