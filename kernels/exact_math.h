@@ -95,10 +95,13 @@ XM_FN float xm_exp(float x)
  * overflow test and one scaling (n >= -126, so 2^n is a normal float; for
  * x >= -87 the result is at least 1.6e-38, a normal too, so both products
  * are exact in both functions). NaN propagates; -inf and x < -87 give 0. */
-XM_FN float xm_exp_nonpos(float x)
+/* xm_exp_nonpos's polynomial and scaling for any x, without the range
+ * test: equal to xm_exp_nonpos(x) wherever x >= -87 (or NaN); a value of no
+ * meaning below. For callers that select 0 themselves without a branch
+ * (kernels/cuda/attention_prefill_q8.cuh). The exponent is shifted as
+ * unsigned so that out-of-range x stay defined behaviour. */
+XM_FN float xm_exp_nonpos_poly(float x)
 {
-    if (x < -87.0f)
-        return 0.0f;
     const float shifter = 12582912.0f;
     float t = XM_FMA(x, 1.44269502f, shifter);
     float n = XM_SUB(t, shifter);
@@ -112,8 +115,15 @@ XM_FN float xm_exp_nonpos(float x)
     p = XM_FMA(p, r, 0.5f);
     p = XM_FMA(p, r, 1.0f);
     p = XM_FMA(p, r, 1.0f);
-    int32_t k = xm_bits(t) - xm_bits(shifter);
-    return XM_MUL(p, xm_float((k + 127) << 23));
+    uint32_t k = (uint32_t)xm_bits(t) - (uint32_t)xm_bits(shifter);
+    return XM_MUL(p, xm_float((int32_t)((k + 127u) << 23)));
+}
+
+XM_FN float xm_exp_nonpos(float x)
+{
+    if (x < -87.0f)
+        return 0.0f;
+    return xm_exp_nonpos_poly(x);
 }
 
 /* The int8 quantization of a vector for attention's DP4A scores (prefill

@@ -360,28 +360,13 @@ static __device__ __forceinline__ float apf_select(bool c, float a, float b)
     return r;
 }
 
-/* exact_math.h's xm_exp_nonpos, operation for operation, without its branch:
- * the polynomial is formed for every x and 0 selected after for x < -87
- * (and -inf), so a warp's rows can overlap their latencies. The same bits
- * wherever xm_exp_nonpos returns its polynomial. */
+/* exact_math.h's xm_exp_nonpos without its branch: the polynomial is formed
+ * for every x and 0 selected after for x < -87 (and -inf), so a warp's rows
+ * can overlap their latencies. The same bits wherever xm_exp_nonpos returns
+ * its polynomial. */
 static __device__ __forceinline__ float apf_exp_nonpos(float x)
 {
-    const float shifter = 12582912.0f;
-    float t = __fmaf_rn(x, 1.44269502f, shifter);
-    float n = __fsub_rn(t, shifter);
-    float r = __fmaf_rn(n, -0.693145751953125f, x);
-    r = __fmaf_rn(n, -1.42860677e-06f, r);
-    float p = 1.98412698e-04f;
-    p = __fmaf_rn(p, r, 1.38888889e-03f);
-    p = __fmaf_rn(p, r, 8.33333333e-03f);
-    p = __fmaf_rn(p, r, 4.16666667e-02f);
-    p = __fmaf_rn(p, r, 1.66666667e-01f);
-    p = __fmaf_rn(p, r, 0.5f);
-    p = __fmaf_rn(p, r, 1.0f);
-    p = __fmaf_rn(p, r, 1.0f);
-    unsigned k = (unsigned)(__float_as_int(t) - __float_as_int(shifter));
-    float v = __fmul_rn(p, __int_as_float((int)((k + 127u) << 23)));
-    return apf_select(x < -87.0f, 0.0f, v);
+    return apf_select(x < -87.0f, 0.0f, xm_exp_nonpos_poly(x));
 }
 
 /* The maximum of v over the warp: on sm_80+ one REDUX of the floats'
