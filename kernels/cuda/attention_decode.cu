@@ -48,6 +48,7 @@
 #include "../../common/log.h"
 #include "../exact_math.h"
 #include "attention_decode.h"
+#include "cp_async.cuh"
 #include "cuda_util.cuh"
 #include "launch.cuh"
 #include "ops_cuda.cuh"
@@ -268,43 +269,6 @@ struct dec_src_regs {
     }
     __device__ __forceinline__ void finish(void) {}
 };
-
-/* ---- the cp.async path's primitives: sm_80+. Compiled for an older target
- * they are a plain synchronous copy (the kernel stays correct, but the host
- * never picks it there: dec_pipe_ready). ---- */
-
-/* 16 bytes from global src to the shared-window address dst, asynchronously;
- * n = 0 writes 16 zeros and reads nothing. */
-static __device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, int n)
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(n)
-                 : "memory");
-#else
-    int4 v = n ? __ldg((const int4 *)src) : make_int4(0, 0, 0, 0);
-    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"(dst), "r"(v.x), "r"(v.y),
-                 "r"(v.z), "r"(v.w)
-                 : "memory");
-#endif
-}
-
-/* Close this thread's copies issued since the last commit into one group. */
-static __device__ __forceinline__ void cp_async_commit(void)
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.commit_group;" ::: "memory");
-#endif
-}
-
-/* Wait until at most N of this thread's groups are pending: the older ones
- * have landed and are visible to this thread. */
-template <int N>
-static __device__ __forceinline__ void cp_async_wait(void)
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
-#endif
-}
 
 /* Shared memory of the cp.async kernel with GM rows per warp (fp16 KV).
  * Each warp owns WARP_BYTES: a ring of DEC_NSTAGE slots, a slot holding the

@@ -65,6 +65,7 @@
 #include "../attn_numerics.h"
 #include "../exact_math.h"
 #include "attention_prefill.h"
+#include "cp_async.cuh"
 #include "cuda_util.cuh"
 #include "launch.cuh"
 #include "ops_cuda.cuh"
@@ -540,29 +541,68 @@ static __global__ void __launch_bounds__(APF_D)
 
 /* ---- host ---- */
 
-static size_t apf_smem_bytes(int nty, bool q8)
+static size_t apf_smem_bytes(int nty, bool q8, bool async)
 {
     size_t rows = (size_t)4 * nty;
     if (q8)
-        return apf_q8_smem_floats((int)rows) * sizeof(float);
+        return apf_q8_smem_floats((int)rows, async ? 2 : 1) * sizeof(float);
     return (rows * APF_D + APF_CHUNK + rows * APF_KT) * sizeof(float);
+}
+
+/* Whether the int8 kernel with async staging runs on c's device for NTY:
+ * its loaded code was built for sm_80+ (cudaFuncGetAttributes'
+ * binaryVersion; elsewhere cp_async.cuh's synchronous stand-in is there),
+ * a block may have its shared memory, and an SM holds the blocks its launch
+ * bounds were sized for (else the register-staged kernel, whose one buffer
+ * fits them). Asked, and the attribute set, once per context and NTY. */
+template <int NTY>
+static bool apf_async_ready(struct cuda_ctx *c)
+{
+    signed char *st = &c->apf_async[NTY / 4 - 2];   /* NTY 8, 12, 16 */
+    if (c->apf_async_off)
+        return false;
+    if (*st == 0) {
+        struct cudaFuncAttributes fa;
+        int per_sm = 0, reserved = 0;
+        size_t smem = apf_smem_bytes(NTY, true, true);
+        *st = -1;
+        if (cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor,
+                                   c->device) == cudaSuccess &&
+            cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock,
+                                   c->device) == cudaSuccess &&
+            cudaFuncGetAttributes(&fa, k_attn_prefill_q8<NTY, true>) == cudaSuccess &&
+            fa.binaryVersion >= 80 && (size_t)c->smem_optin >= smem &&
+            (size_t)per_sm >= APF_Q8_MIN_BLOCKS(NTY) * (smem + reserved) &&
+            cudaFuncSetAttribute(k_attn_prefill_q8<NTY, true>,
+                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 (int)smem) == cudaSuccess)
+            *st = 1;
+        (void)cudaGetLastError();   /* a refusal here only means the register staging */
+        LOG_DEBUG("cuda", "attention prefill: %d rows a block, async staging %s", 4 * NTY,
+                  *st > 0 ? "on" : "off");
+    }
+    return *st > 0;
 }
 
 template <typename T, int NTY, bool Q8>
 static int apf_launch(struct cuda_ctx *c, float *out, struct apf_args a, int n_tiles)
 {
     const struct cuda_batch *cb = &c->batch;
-    size_t smem = apf_smem_bytes(NTY, Q8);
+    /* async staging reads the tiled int8 copies: pages holding whole KV tiles */
+    bool async = Q8 && a.page_size % APF_KT == 0 && apf_async_ready<NTY>(c);
+    size_t smem = apf_smem_bytes(NTY, Q8, async);
     if ((size_t)c->smem_optin < smem) {
         LOG_ERROR("cuda", "attention prefill: needs %zu bytes of shared memory per block, device "
                   "allows %d", smem, c->smem_optin);
         return CS_EUNSUPPORTED;
     }
     void (*kernel)(float *, float *, float2 *, struct apf_args) =
-        Q8 ? k_attn_prefill_q8<NTY> : k_attn_prefill_tiled<T, NTY>;
-    /* NTY 8, 12, 16 x F32, F16, F16 with int8 products */
+        !Q8 ? k_attn_prefill_tiled<T, NTY>
+            : async ? k_attn_prefill_q8<NTY, true> : k_attn_prefill_q8<NTY, false>;
+    /* NTY 8, 12, 16 x F32, F16, F16 with int8 products (the async instances
+     * set theirs in apf_async_ready) */
     unsigned bit = 1u << (3 * (NTY / 4 - 2) + (Q8 ? 2 : sizeof(T) == 2 ? 1 : 0));
-    if (!(c->apf_smem_set & bit)) {
+    if (!async && !(c->apf_smem_set & bit)) {
         CS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            (int)smem));
         c->apf_smem_set |= bit;
@@ -632,6 +672,20 @@ static int apf_kv8_prepare(struct cuda_ctx *c, struct apf_args *a)
     a->kd = kd;
     a->vd = vd;
     return CS_OK;
+}
+
+extern "C" void cuda_attn_prefill_async_enable(struct cs_backend *be, bool on)
+{
+    cuda_ctx_of(be)->apf_async_off = !on;
+}
+
+extern "C" bool cuda_attn_prefill_async_used(struct cs_backend *be)
+{
+    const struct cuda_ctx *c = cuda_ctx_of(be);
+    for (int i = 0; i < 3; i++)
+        if (c->apf_async[i] > 0)
+            return true;
+    return false;
 }
 
 extern "C" int cuda_attn_prefill(struct cuda_ctx *c, float *out, const float *q,

@@ -35,6 +35,12 @@ int cuda_op_attn_prefill(struct cs_backend *be, float *out, const float *q, int 
                          int q_head_stride, int n_heads, const struct cs_kv_layer *kv, float scale,
                          const struct cs_batch *b);
 
+/* Tests: the int8 kernel's async staging (sm_80+, pages holding whole
+ * 64-position tiles) allowed (the default) or not (register staging, as on
+ * sm_70); and whether it ran since the context was made. */
+void cuda_attn_prefill_async_enable(struct cs_backend *be, bool on);
+bool cuda_attn_prefill_async_used(struct cs_backend *be);
+
 #ifdef __cplusplus
 }
 #endif

@@ -395,20 +395,87 @@ static __device__ __forceinline__ float apf_warp_max(float v)
 #define APF_Q8_MIN_BLOCKS(NTY) (APF_Q8_WARPS_PER_SM / (APF_THREADS(NTY) / 32))
 
 /* Shared memory of the int8 kernel (floats), in this order: the rows' fp32
- * output accumulators [ROWS][256], Q8 [ROWS][64 words], the staging buffer
- * (2,048 words: a K8 or V8 chunk), P8 [ROWS][16 words], then per row the
- * Q scale, the P scale, m, l, alpha and the position, and the tile's 64 K
- * and 64 V scales. 94 KB at 64 rows: sm_70's opt-in limit is 96 KB. */
+ * output accumulators [ROWS][256], Q8 [ROWS][64 words], the staging buffers
+ * (2,048 words each: a K8 or V8 chunk; one for the register staging, two for
+ * the async one), P8 [ROWS][16 words], then per row the Q scale, the P
+ * scale, m, l, alpha and the position, and the tile's 64 K and 64 V scales.
+ * 94 KB at 64 rows with one buffer (sm_70's opt-in limit is 96 KB), 102 KB
+ * with two (two blocks still fit an sm_90 SM's 228 KB). */
 #define APF_Q8_STAGE 2048
-/* Staging buffers: 1 (two barriers a chunk) or 2 (the next chunk is stored
- * while the last is read: one barrier a chunk, 8 KB more). */
-#ifndef APF_Q8_STAGES
-#define APF_Q8_STAGES 1
-#endif
-static size_t apf_q8_smem_floats(int rows)
+static size_t apf_q8_smem_floats(int rows, int stages)
 {
-    return (size_t)rows * APF_D + (size_t)rows * 64 + APF_Q8_STAGES * APF_Q8_STAGE +
+    return (size_t)rows * APF_D + (size_t)rows * 64 + (size_t)stages * APF_Q8_STAGE +
            (size_t)rows * 16 + (size_t)rows * 6 + 2 * APF_KT;
+}
+
+/* Async staging (sm_80+, pages holding whole KV tiles): chunk ph (0, 1: K
+ * words 0-31, 32-63; 2, 3: V positions 0-31, 32-63) of the tile at p0 goes
+ * from the tiled int8 copies into buf by cp.async, 512 int4 (zeros where the
+ * tile's page is out of range); with ph 0 also the tile's 64 K and 64 V
+ * scales into skv (zeros for positions >= p_end or out of range, as
+ * apf_fetch_k8's). One commit group. */
+template <int NT>
+static __device__ __forceinline__ void apf_issue_async(int *buf, float *skv,
+                                                       const struct apf_args &a, int seq, int h,
+                                                       int p0, int ph, int p_end)
+{
+    long long base = apf_k8_row(a, seq, h, p0);
+    const int32_t *q8 = ph < 2 ? a.k8 : a.v8;
+    const int4 *src = (const int4 *)(q8 + (base >= 0 ? apf_tile_words(base, h) + 2048 * (ph & 1) : 0));
+    uint32_t dst = (uint32_t)__cvta_generic_to_shared(buf);
+    int n = base >= 0 ? 16 : 0;
+#pragma unroll
+    for (int it = 0; it < (512 + NT - 1) / NT; it++) {
+        int u = threadIdx.x + it * NT;
+        if (512 % NT == 0 || u < 512)
+            cp_async16(dst + 16 * u, src + u, n);
+    }
+    if (ph == 0 && threadIdx.x < 2 * APF_KT) {
+        int j = threadIdx.x % APF_KT;
+        bool ok = base >= 0 && p0 + j < p_end;
+        const float *sc = (threadIdx.x < APF_KT ? a.kd : a.vd) + (ok ? base + (long long)j * a.n_kv : 0);
+        cp_async4((uint32_t)__cvta_generic_to_shared(skv + threadIdx.x), sc, ok ? 4 : 0);
+    }
+    cp_async_commit();
+}
+
+/* Chunk ph of the tile at p0 into shared memory, and the next chunk (ph + 1,
+ * or the next tile's first when ph is 3 and more) on its way; returns the
+ * chunk's buffer. Register staging (ASYNC false): st holds the chunk,
+ * fetched one chunk ahead; it is stored between two barriers and the next
+ * one fetched. Async: the chunk was issued one chunk ahead into buffer
+ * ph % 2; one barrier (after this thread's wait) makes it visible to all and
+ * frees the other buffer for the next. */
+template <typename T, int NT, bool ASYNC>
+static __device__ __forceinline__ int *apf_q8_chunk(int *sbuf, float *skv, apf_stage<T, NT> &st,
+                                                    float &kdv, const struct apf_args &a, int seq,
+                                                    int h, int p0, int ph, int p_end, bool more)
+{
+    if (ASYNC) {
+        cp_async_wait<0>();
+        __syncthreads();
+        if (ph < 3 || more)
+            apf_issue_async<NT>(sbuf + ((ph + 1) & 1) * APF_Q8_STAGE, skv, a, seq, h,
+                                ph < 3 ? p0 : p0 + APF_KT, (ph + 1) & 3, p_end);
+        return sbuf + (ph & 1) * APF_Q8_STAGE;
+    }
+    __syncthreads();   /* the previous chunk (and the Q, P, state writes) done with */
+    if (apf_tiled(a))
+        apf_put_tiled<T, NT>(sbuf, st);
+    else if (ph < 2)
+        apf_put_k8<T, NT>(sbuf, st);
+    else
+        apf_put_v8<T, NT>(sbuf, st);
+    if (ph == 0 && threadIdx.x < 2 * APF_KT)
+        skv[threadIdx.x] = kdv;   /* K scales, then V scales */
+    __syncthreads();
+    if (ph == 0)
+        apf_fetch_k8<T, NT>(st, &kdv, a, seq, h, p0, 1, p_end);
+    else if (ph == 1 || ph == 2)
+        apf_fetch_v8<T, NT>(st, a, seq, h, p0, ph - 1, p_end);
+    else if (more)
+        apf_fetch_k8<T, NT>(st, &kdv, a, seq, h, p0 + APF_KT, 0, p_end);
+    return sbuf;
 }
 
 /* The int8 path (attn_numerics.h) over an F16 cache: the same blocks, rows
@@ -420,7 +487,7 @@ static size_t apf_q8_smem_floats(int rows)
  * so the score and the P.V accumulators are never live together. The
  * int32 P.V sums of a tile fold into the accumulators as fma((float)isum,
  * d_p, acc * alpha), the fp32 path's alpha scaling and fold in one. */
-template <int NTY>
+template <int NTY, bool ASYNC>
 static __global__ void __launch_bounds__(APF_THREADS(NTY), APF_Q8_MIN_BLOCKS(NTY))
     k_attn_prefill_q8(float *out, float *part_acc, float2 *part_ml, struct apf_args a)
 {
@@ -432,7 +499,7 @@ static __global__ void __launch_bounds__(APF_THREADS(NTY), APF_Q8_MIN_BLOCKS(NTY
     float *sacc = apf_smem;
     int *sq8 = (int *)(sacc + ROWS * APF_D);
     int *sbuf = sq8 + ROWS * 64;
-    unsigned *sp8 = (unsigned *)(sbuf + APF_Q8_STAGES * APF_Q8_STAGE);
+    unsigned *sp8 = (unsigned *)(sbuf + (ASYNC ? 2 : 1) * APF_Q8_STAGE);
     float *sqd = (float *)(sp8 + ROWS * 16), *spd = sqd + ROWS;
     float *sm = spd + ROWS, *sl = sm + ROWS, *salpha = sl + ROWS;
     int *spos = (int *)(salpha + ROWS);
@@ -474,27 +541,18 @@ static __global__ void __launch_bounds__(APF_THREADS(NTY), APF_Q8_MIN_BLOCKS(NTY
     int n_kt = (p_end - p_lo + APF_KT - 1) / APF_KT;
     apf_stage<T, NT> st;
     float kdv = 0.0f;
-    apf_fetch_k8<T, NT>(st, &kdv, a, seq, h, p_lo, 0, p_end);
+    if (ASYNC)
+        apf_issue_async<NT>(sbuf, skd, a, seq, h, p_lo, 0, p_end);
+    else
+        apf_fetch_k8<T, NT>(st, &kdv, a, seq, h, p_lo, 0, p_end);
     for (int kt = 0; kt < n_kt; kt++) {
         int p0 = p_lo + kt * APF_KT;
+        bool more = kt + 1 < n_kt;
         /* S: two K8 chunks (words 0-31, 32-63 of the tile's 64 keys) */
         int si[APF_RPT][2] = {};
 #pragma unroll
         for (int hc = 0; hc < 2; hc++) {
-            int *buf = sbuf + (APF_Q8_STAGES == 2 ? hc : 0) * APF_Q8_STAGE;
-            if (APF_Q8_STAGES == 1)
-                __syncthreads();   /* the previous chunk (and the Q, P, state writes) done with */
-            if (apf_tiled(a))
-                apf_put_tiled<T, NT>(buf, st);
-            else
-                apf_put_k8<T, NT>(buf, st);
-            if (hc == 0 && tid < 2 * APF_KT)
-                skd[tid] = kdv;   /* K scales, then V scales (svd) */
-            __syncthreads();
-            if (hc == 0)
-                apf_fetch_k8<T, NT>(st, &kdv, a, seq, h, p0, 1, p_end);
-            else
-                apf_fetch_v8<T, NT>(st, a, seq, h, p0, 0, p_end);
+            int *buf = apf_q8_chunk<T, NT, ASYNC>(sbuf, skd, st, kdv, a, seq, h, p0, hc, p_end, more);
             apf_scores_q8<NW>(si, sq8 + warp * 64 + 32 * hc, buf + 2 * lane);
         }
         /* online softmax over the tile (positions p0 + 2 lane + jj), P8 and
@@ -566,22 +624,14 @@ static __global__ void __launch_bounds__(APF_THREADS(NTY), APF_Q8_MIN_BLOCKS(NTY
         int ia[APF_RPT][8] = {};
 #pragma unroll
         for (int hc = 0; hc < 2; hc++) {
-            int *buf = sbuf + (APF_Q8_STAGES == 2 ? hc : 0) * APF_Q8_STAGE;
-            if (APF_Q8_STAGES == 1)
-                __syncthreads();
-            if (apf_tiled(a))
-                apf_put_tiled<T, NT>(buf, st);
-            else
-                apf_put_v8<T, NT>(buf, st);
-            __syncthreads();
-            if (hc == 0)
-                apf_fetch_v8<T, NT>(st, a, seq, h, p0, 1, p_end);
-            else if (kt + 1 < n_kt)
-                apf_fetch_k8<T, NT>(st, &kdv, a, seq, h, p0 + APF_KT, 0, p_end);
+            int *buf = apf_q8_chunk<T, NT, ASYNC>(sbuf, skd, st, kdv, a, seq, h, p0, 2 + hc, p_end,
+                                                 more);
             apf_pv_q8<NW>(ia, sp8 + warp * 16 + 8 * hc, buf + 4 * lane);
         }
         /* fold: acc = fma((float)isum, d_p, acc * alpha), the thread's own
-         * 8 dims of each of its rows */
+         * 8 dims of each of its rows; an unchanged max (alpha 1, the common
+         * case once a row's max settles) skips the multiply, whose product
+         * would be acc itself (alpha is the same for the whole warp) */
 #pragma unroll
         for (int i = 0; i < APF_RPT; i++) {
             int r = warp + NW * i;
@@ -590,10 +640,16 @@ static __global__ void __launch_bounds__(APF_THREADS(NTY), APF_Q8_MIN_BLOCKS(NTY
             for (int k = 0; k < 2; k++) {
                 float4 *o = (float4 *)(sacc + r * APF_D + 128 * k + 4 * lane);
                 float4 v = *o;
-                v.x = __fmaf_rn(__int2float_rn(ia[i][4 * k]), dp, v.x * alpha);
-                v.y = __fmaf_rn(__int2float_rn(ia[i][4 * k + 1]), dp, v.y * alpha);
-                v.z = __fmaf_rn(__int2float_rn(ia[i][4 * k + 2]), dp, v.z * alpha);
-                v.w = __fmaf_rn(__int2float_rn(ia[i][4 * k + 3]), dp, v.w * alpha);
+                if (alpha != 1.0f) {
+                    v.x = __fmul_rn(v.x, alpha);
+                    v.y = __fmul_rn(v.y, alpha);
+                    v.z = __fmul_rn(v.z, alpha);
+                    v.w = __fmul_rn(v.w, alpha);
+                }
+                v.x = __fmaf_rn(__int2float_rn(ia[i][4 * k]), dp, v.x);
+                v.y = __fmaf_rn(__int2float_rn(ia[i][4 * k + 1]), dp, v.y);
+                v.z = __fmaf_rn(__int2float_rn(ia[i][4 * k + 2]), dp, v.z);
+                v.w = __fmaf_rn(__int2float_rn(ia[i][4 * k + 3]), dp, v.w);
                 *o = v;
             }
         }

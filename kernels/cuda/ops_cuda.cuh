@@ -97,6 +97,11 @@ struct cuda_ctx {
     void *apf_k8;
     size_t apf_k8_cap;
     unsigned apf_smem_set;
+    /* its int8 kernel with async staging per NTY (8, 12, 16): 0 not asked
+     * yet, 1 ready, -1 unusable here; apf_async_off: register staging always
+     * (tests) */
+    signed char apf_async[3];
+    bool apf_async_off;
     int smem_optin;       /* the device's opt-in shared memory per block (0: not asked yet) */
     /* attention_decode.cu: its cp.async kernel per rows-per-warp instance (2,
      * 4, 6, 8): 0 not asked yet, 1 ready (shared memory set), -1 unusable on
