@@ -11,6 +11,8 @@
 #   6. where ncu exists, a decode-step profile (tests/gpu/ncu_decode_profile.py).
 # Usage: tests/gpu/device_verify.sh BIN_DIR VOCAB.tiktoken LOG_DIR [quick]
 # quick: skip steps 5 and 6 (about two minutes less).
+# Models: /tmp/cs_models/9b.gguf and 27b.gguf, made by mkmodel unless a
+# caller of this script left them there (it removes them when done).
 # BIN_DIR holds cmpserve and the test_gpu_* programs built for this GPU; set
 # LD_LIBRARY_PATH first where they need carried libraries. Prints
 # LOG_DIR/summary.txt; exit 1 when a test or an equality failed.
@@ -59,7 +61,7 @@ same() {   # same A B: both runs succeeded with some text, and the texts are byt
     fi
 }
 step "same tokens across process counts (9B)"
-timeout 150 "$BIN/cmpserve" mkmodel --preset 9b --type q8_0 --seed 1 --vocab "$VOCAB" --out $M/9b.gguf >/dev/null 2>&1
+[ -s $M/9b.gguf ] || timeout 150 "$BIN/cmpserve" mkmodel --preset 9b --type q8_0 --seed 1 --vocab "$VOCAB" --out $M/9b.gguf >/dev/null 2>&1
 G="-n 128 --temperature 0"
 R="-n 64 --temperature 0.8 --top-p 0.9 --seed 5"
 gen greedy_inproc --model $M/9b.gguf --device 0 $G
@@ -87,7 +89,7 @@ timeout 120 "$BIN/cmpserve" bench --kernels --device 0 >"$LOG/bench_kernels.txt"
 grep -iE "matmul only" "$LOG/bench_kernels.txt" >>"$S"
 
 step "bench 27B (one worker) and the pipeline bench (3 workers)"
-timeout 150 "$BIN/cmpserve" mkmodel --preset 27b --type q8_0 --seed 1 --vocab "$VOCAB" --out $M/27b.gguf >/dev/null 2>&1
+[ -s $M/27b.gguf ] || timeout 150 "$BIN/cmpserve" mkmodel --preset 27b --type q8_0 --seed 1 --vocab "$VOCAB" --out $M/27b.gguf >/dev/null 2>&1
 timeout 200 "$BIN/cmpserve" bench --model $M/27b.gguf --device 0 --prompt-lens 2048 --gen 32 --depths 0 \
     >"$LOG/bench27b.txt" 2>&1
 grep -iE "probe|model|prefill|decode" "$LOG/bench27b.txt" >>"$S"
