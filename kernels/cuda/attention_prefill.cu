@@ -4,7 +4,9 @@
  * F16 or F32 elements, head_dim 256. Over an F16 cache the default is the
  * int8 DP4A kernel of attention_prefill_q8.cuh (attn_numerics.h): the same
  * blocks, rows and tiles as described here, its accumulators in shared
- * memory so that two blocks share an SM.
+ * memory so that two blocks share an SM, and on sm_80+ (pages holding whole
+ * KV tiles) its chunks staged by cp.async into two buffers (apf_async_ready)
+ * instead of through registers.
  *
  * Why: attention.cu's prefill kernel gives each warp a few query rows and
  * reduces every score across the warp with shuffles; it reads K/V from L2

@@ -32,6 +32,7 @@
 #include <stdint.h>
 
 #include "arch_tiles.h"
+#include "cp_async.cuh"
 #include "launch.cuh"
 #include "matmul_int.cuh"
 #include "../numerics.h"
@@ -43,6 +44,20 @@ static_assert(BM == 128 && BN == 64 && MM_GEMM_THREADS == 256, "the thread mappi
 static_assert(CS_DOT_SEG_BLOCKS % 8 == 0 && (MM_GEMM_KP == 1 || MM_GEMM_KP == 2 ||
                                             MM_GEMM_KP == 4 || MM_GEMM_KP == 8),
               "a segment is whole stages (KB = 2, 4, 8), a stage whole pieces");
+
+/* Where the loaded code is sm_80+, a stage's quants go global -> shared by
+ * cp.async (cp_async.cuh): the next stage's copies are issued as a stage
+ * starts and waited for before its barrier, so no staging registers, no
+ * stores and no wait for the loads sit on the issue path between the DP4As.
+ * The scales keep the register path (converted and transposed on the way).
+ * The shared layout, and so the arithmetic, are the register path's. */
+#ifndef GEMM_ASYNC
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#define GEMM_ASYNC 1
+#else
+#define GEMM_ASYNC 0
+#endif
+#endif
 
 /* One stage of shared memory; the kernel's dynamic shared memory is two. */
 template <int KB>
@@ -119,7 +134,7 @@ static __device__ __forceinline__ struct gemm_src gemm_src_init(const int4 *q, c
     int tid = threadIdx.x, tok, k, g, kg, m, kt;
     struct gemm_src c;
     c.a = q + (size_t)min(g0 + (tid >> 6), groups - 1) * nb * 64 + (tid & 63);
-    gemm_b_slot(KP, tid, &tok, &k);
+    gemm_b_slot(GEMM_ASYNC ? 2 : KP, tid, &tok, &k);   /* the async copies take KP >= 2's */
     c.b = (const int4 *)(xq + (size_t)min(t0 + tok, n_tokens - 1) * n_in) + k;
     gemm_sc_slot(GEMM_SB(KB), tid, &g, &kg, &m, &tok, &kt);
     c.ad = (const __half2 *)(d + (size_t)min(g0 + g, groups - 1) * nb * 32) + kg * 16 + m;
@@ -216,6 +231,32 @@ static __device__ __forceinline__ void gemm_store_scales(struct gemm_stage<KB> &
         ((float *)&st.ad[kb + kg][2 * m])[g] = v.x;
         ((float *)&st.ad[kb + kg][2 * m + 1])[g] = v.y;
         st.bd[kb + kt][tok] = r.bd[j];
+    }
+}
+
+/* The quants of the stage at c.bs into st by cp.async (CLAMP: blocks >= nb
+ * read block nb - 1 again): thread tid's A int4 of every block, and its B
+ * int4 of every block pair (gemm_b_slot with KP >= 2: token tid / 4, int4
+ * tid % 4). */
+template <int KB, bool CLAMP>
+static __device__ __forceinline__ void gemm_copy_async(struct gemm_stage<KB> &st,
+                                                       const struct gemm_src &c)
+{
+    int tid = threadIdx.x, tok, k;
+    gemm_b_slot(2, tid, &tok, &k);
+    uint32_t a_dst = (uint32_t)__cvta_generic_to_shared(&st.a[0][0][0][0]) + 16 * tid;
+    uint32_t b_dst = (uint32_t)__cvta_generic_to_shared(&st.b[0][0][0]) + 16 * tid;
+#pragma unroll
+    for (int j = 0; j < KB; j++) {
+        int b = CLAMP ? min(c.bs + j, c.nb - 1) - c.bs : j;
+        cp_async16(a_dst + j * (uint32_t)sizeof(st.a[0]), c.a + (ptrdiff_t)b * 64, 16);
+    }
+#pragma unroll
+    for (int j = 0; j < KB / 2; j++) {
+        int b = 2 * j;   /* the pair's first block, less k / 2 (in c.b) */
+        if (CLAMP)
+            b = min(c.bs + b + k / 2, c.nb - 1) - k / 2 - c.bs;
+        cp_async16(b_dst + j * (uint32_t)sizeof(st.b[0]), c.b + (ptrdiff_t)b * 2, 16);
     }
 }
 
@@ -320,6 +361,21 @@ static __device__ __forceinline__ void gemm_stage_run(float (&acc)[4][8], struct
                                                       const struct gemm_stage<KB> &cur,
                                                       struct gemm_stage<KB> &nxt, int s)
 {
+    if (GEMM_ASYNC) {
+        gemm_copy_async<KB, TAIL>(nxt, c);
+        cp_async_commit();
+        struct gemm_scales<KB> sc;
+        gemm_load_scales<KB, TAIL>(sc, c);
+#pragma unroll
+        for (int k = 0; k < KB; k++)
+            if (!TAIL || s * KB + k < c.nb)
+                gemm_block<KB>(acc, cur, k);
+        gemm_store_scales(nxt, sc);
+        gemm_src_next<KB>(c);
+        cp_async_wait<0>();   /* this thread's copies landed; the barrier shows them to all */
+        __syncthreads();
+        return;
+    }
 #pragma unroll
     for (int p = 0; p < KB / KP; p++) {
         struct gemm_piece<KP> r;
