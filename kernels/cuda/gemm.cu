@@ -401,6 +401,7 @@ static __global__ void __launch_bounds__(MM_GEMM_THREADS, MM_GEMM_MIN_BLOCKS)
     gemm_q8_kernel(struct mm_parts ps, const int8_t *xq, const float *xd, int n_in, int nb,
                    int n_tokens)
 {
+    static_assert(!GEMM_ASYNC || KP >= 2, "the async copies and the first stage share KP >= 2's B slots");
     extern __shared__ int4 gemm_smem_raw[];
     struct gemm_stage<KB> *st = (struct gemm_stage<KB> *)gemm_smem_raw;
     cuda_pdl_enter();   /* launch.cuh: before any read or write */
