@@ -5,7 +5,8 @@
  * rows x BN = 64 tokens; warp w owns tokens 8w..8w+7, lane l rows l, l+32,
  * l+64, l+96 (a 4 x 8 register tile). K goes by stages of KB 32-value
  * blocks through double-buffered shared memory filled by register prefetch
- * (plain loads and stores: no cp.async, so the kernel builds for sm_70):
+ * (plain loads and stores, so the kernel builds for sm_70; on sm_80+ the
+ * quants go by cp.async instead, GEMM_ASYNC below, same layout):
  * while stage s is computed from one buffer, stage s + 1 is loaded into
  * registers and stored to the other in pieces of KP blocks (piece p is
  * loaded before its blocks are computed and stored after them, so one
