@@ -32,21 +32,14 @@
  * MM_GEMM_KB (2, 4 or 8), when defined, overrides every row's gemm_kb;
  * MM_GEMM_KP: blocks per staging piece (staging registers live meanwhile). */
 #define MM_GEMM_BM 128
-#ifndef MM_GEMM_TN
-#define MM_GEMM_TN 8           /* tokens a warp owns (4: an sm_80+ experiment, BN = 32 at 3 blocks an SM) */
-#endif
-#define MM_GEMM_BN (8 * MM_GEMM_TN)
+#define MM_GEMM_BN 64
 #define MM_GEMM_THREADS 256
 #ifndef MM_GEMM_KP
 #define MM_GEMM_KP 2
 #endif
 #ifndef MM_GEMM_MIN_BLOCKS
-#if MM_GEMM_TN == 4
-#define MM_GEMM_MIN_BLOCKS 3   /* 6 warps a scheduler at <= 80 registers */
-#else
 #define MM_GEMM_MIN_BLOCKS 2   /* 2 blocks per SM (128 registers): 62% vs 49% of DP4A peak on H200
                                 * (measured with the kernel before gemm.cu) */
-#endif
 #endif
 
 /* GEMV (decode): one block per group of 32 rows; lane = row. */

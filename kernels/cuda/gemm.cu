@@ -27,15 +27,7 @@
  * Configurations KB = 2, 4, 8 are compiled; gemm_q8_launch runs the one
  * arch_tiles.h's row asks for, or the next smaller whose shared memory fits
  * MM_GEMM_MIN_BLOCKS blocks per SM (dynamic shared memory, its limit raised
- * once per device above 48 KB). Choices and measurements: arch_tiles.h.
- *
- * Two build options for a tile experiment (docs/PERF.md, twenty-first
- * session), neither in a default build (whose code they leave unchanged):
- * MM_GEMM_TN = 4 makes the block 128 rows x BN = 32 tokens (a warp owns 4)
- * at 3 blocks an SM (6 warps a scheduler at 80 registers), sm_80+ only;
- * GEMM_HALF_SPLIT forms the block sums of 4 tokens x 4 rows at once, one
- * half's fragments at a time (16 DP4A chains in flight). Same arithmetic,
- * same bits. */
+ * once per device above 48 KB). Choices and measurements: arch_tiles.h. */
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
@@ -48,10 +40,8 @@
 
 #define BM MM_GEMM_BM
 #define BN MM_GEMM_BN
-#define TN MM_GEMM_TN
 
-static_assert(BM == 128 && (TN == 8 || TN == 4) && BN == 8 * TN && MM_GEMM_THREADS == 256,
-              "the thread mapping bakes these in");
+static_assert(BM == 128 && BN == 64 && MM_GEMM_THREADS == 256, "the thread mapping bakes these in");
 static_assert(CS_DOT_SEG_BLOCKS % 8 == 0 && (MM_GEMM_KP == 1 || MM_GEMM_KP == 2 ||
                                             MM_GEMM_KP == 4 || MM_GEMM_KP == 8),
               "a segment is whole stages (KB = 2, 4, 8), a stage whole pieces");
@@ -68,10 +58,6 @@ static_assert(CS_DOT_SEG_BLOCKS % 8 == 0 && (MM_GEMM_KP == 1 || MM_GEMM_KP == 2 
 #else
 #define GEMM_ASYNC 0
 #endif
-#endif
-/* BN = 32 (TN = 4) has only the cp.async staging: an sm_80+ experiment. */
-#if TN != 8 && defined(__CUDA_ARCH__) && !GEMM_ASYNC
-#error "MM_GEMM_TN = 4 needs the cp.async staging (sm_80+)"
 #endif
 
 /* One stage of shared memory; the kernel's dynamic shared memory is two. */
@@ -126,17 +112,6 @@ static __device__ __forceinline__ void gemm_b_slot(int kp, int tid, int *tok, in
     *k = kp == 1 ? tid & 1 : tid & 3;
 }
 
-/* Thread tid's B int4 of the cp.async copies: int4 tid + 256 j of the
- * stage's b[][][] (block pair p0 + BPS j, token tok, int4 k); BPS = 256 /
- * (4 BN) block pairs a sweep (1 at BN = 64: today's KP >= 2 slot). */
-#define GEMM_BPS (256 / (4 * BN))
-static __device__ __forceinline__ void gemm_b_async_slot(int tid, int *tok, int *k, int *p0)
-{
-    *tok = GEMM_BPS > 1 ? (tid >> 2) % BN : tid >> 2;
-    *k = tid & 3;
-    *p0 = GEMM_BPS > 1 ? tid / (4 * BN) : 0;
-}
-
 /* Thread tid's scales of a slot of sb blocks: e = tid % (64 sb); A: group
  * e / (16 sb), block (e / 16) % sb, lanes 2 (e % 16) and + 1; B: token
  * e / sb, block e % sb. */
@@ -147,9 +122,8 @@ static __device__ __forceinline__ void gemm_sc_slot(int sb, int tid, int *g, int
     *g = e / (16 * sb);
     *kg = (e >> 4) % sb;
     *m = e & 15;
-    int eb = BN == 64 ? e : tid & (BN * sb - 1);   /* B: tid < BN sb stores, others hold copies */
-    *tok = eb / sb;
-    *kt = eb % sb;
+    *tok = e / sb;
+    *kt = e % sb;
 }
 
 template <int KB, int KP>
@@ -161,13 +135,7 @@ static __device__ __forceinline__ struct gemm_src gemm_src_init(const int4 *q, c
     int tid = threadIdx.x, tok, k, g, kg, m, kt;
     struct gemm_src c;
     c.a = q + (size_t)min(g0 + (tid >> 6), groups - 1) * nb * 64 + (tid & 63);
-    if (GEMM_ASYNC) {
-        int p0;
-        gemm_b_async_slot(tid, &tok, &k, &p0);
-        k += 4 * p0;   /* the first block pair's offset rides in k: 4 int4 a pair */
-    } else {
-        gemm_b_slot(KP, tid, &tok, &k);
-    }
+    gemm_b_slot(GEMM_ASYNC ? 2 : KP, tid, &tok, &k);   /* the async copies take KP >= 2's */
     c.b = (const int4 *)(xq + (size_t)min(t0 + tok, n_tokens - 1) * n_in) + k;
     gemm_sc_slot(GEMM_SB(KB), tid, &g, &kg, &m, &tok, &kt);
     c.ad = (const __half2 *)(d + (size_t)min(g0 + g, groups - 1) * nb * 32) + kg * 16 + m;
@@ -255,19 +223,15 @@ static __device__ __forceinline__ void gemm_store_scales(struct gemm_stage<KB> &
 {
     int tid = threadIdx.x, g, kg, m, tok, kt;
     gemm_sc_slot(GEMM_SB(KB), tid, &g, &kg, &m, &tok, &kt);
-    if (TN == 8 && KB == 2 && tid >= 128)
+    if (KB == 2 && tid >= 128)
         return;   /* threads 128.. hold copies */
-    bool a_st = TN == 8 || tid < 64 * GEMM_SB(KB), b_st = TN == 8 || tid < BN * GEMM_SB(KB);
 #pragma unroll
     for (int j = 0; j < KB / GEMM_SB(KB); j++) {
         int kb = GEMM_SB(KB) * j;
         float2 v = __half22float2(r.ad[j]);
-        if (a_st) {
-            ((float *)&st.ad[kb + kg][2 * m])[g] = v.x;
-            ((float *)&st.ad[kb + kg][2 * m + 1])[g] = v.y;
-        }
-        if (b_st)
-            st.bd[kb + kt][tok] = r.bd[j];
+        ((float *)&st.ad[kb + kg][2 * m])[g] = v.x;
+        ((float *)&st.ad[kb + kg][2 * m + 1])[g] = v.y;
+        st.bd[kb + kt][tok] = r.bd[j];
     }
 }
 
@@ -279,8 +243,8 @@ template <int KB, bool CLAMP>
 static __device__ __forceinline__ void gemm_copy_async(struct gemm_stage<KB> &st,
                                                        const struct gemm_src &c)
 {
-    int tid = threadIdx.x, tok, k, p0;
-    gemm_b_async_slot(tid, &tok, &k, &p0);
+    int tid = threadIdx.x, tok, k;
+    gemm_b_slot(2, tid, &tok, &k);
     uint32_t a_dst = (uint32_t)__cvta_generic_to_shared(&st.a[0][0][0][0]) + 16 * tid;
     uint32_t b_dst = (uint32_t)__cvta_generic_to_shared(&st.b[0][0][0]) + 16 * tid;
 #pragma unroll
@@ -289,13 +253,11 @@ static __device__ __forceinline__ void gemm_copy_async(struct gemm_stage<KB> &st
         cp_async16(a_dst + j * (uint32_t)sizeof(st.a[0]), c.a + (ptrdiff_t)b * 64, 16);
     }
 #pragma unroll
-    for (int j = 0; j < (KB / 2 + GEMM_BPS - 1) / GEMM_BPS; j++) {
-        int b = 2 * GEMM_BPS * j;   /* the pair's first block, less 2 p0 + k / 2 (in c.b) */
-        if (KB / 2 < GEMM_BPS && p0 >= KB / 2)
-            break;   /* KB = 2 at BN = 32: one pair, threads 128.. copy nothing */
+    for (int j = 0; j < KB / 2; j++) {
+        int b = 2 * j;   /* the pair's first block, less k / 2 (in c.b) */
         if (CLAMP)
-            b = min(c.bs + b + 2 * p0 + k / 2, c.nb - 1) - 2 * p0 - k / 2 - c.bs;
-        cp_async16(b_dst + j * (uint32_t)(GEMM_BPS * sizeof(st.b[0])), c.b + (ptrdiff_t)b * 2, 16);
+            b = min(c.bs + b + k / 2, c.nb - 1) - k / 2 - c.bs;
+        cp_async16(b_dst + j * (uint32_t)sizeof(st.b[0]), c.b + (ptrdiff_t)b * 2, 16);
     }
 }
 
@@ -318,84 +280,10 @@ static __device__ __forceinline__ void gemm_copy_async(struct gemm_stage<KB> &st
 /* acc[i][t] = fma(d_w * d_x, isum, acc[i][t]) for block kb of stage st,
  * output by output (numerics.h). */
 template <int KB>
-static __device__ __forceinline__ void gemm_block(float (&acc)[4][TN],
+static __device__ __forceinline__ void gemm_block(float (&acc)[4][8],
                                                   const struct gemm_stage<KB> &st, int kb)
 {
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-#if TN == 4 && defined(GEMM_HALF_SPLIT)
-    /* 4 x 4: the 16 isums over both halves, one half's A and B fragments live at a time */
-    int isum[4][4];
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-        int4 a[4], bv[4];
-#pragma unroll
-        for (int i = 0; i < 4; i++)
-            a[i] = st.a[kb][i][h][lane];
-#pragma unroll
-        for (int t = 0; t < 4; t++)
-            bv[t] = st.b[kb / 2][warp * TN + t][(kb & 1) * 2 + h];
-#pragma unroll
-        for (int t = 0; t < 4; t++)
-#pragma unroll
-            for (int i = 0; i < 4; i++) {
-                int v = h ? isum[i][t] : 0;
-                v = __dp4a(a[i].x, bv[t].x, v);
-                v = __dp4a(a[i].y, bv[t].y, v);
-                v = __dp4a(a[i].z, bv[t].z, v);
-                isum[i][t] = __dp4a(a[i].w, bv[t].w, v);
-            }
-    }
-    float4 dah4 = st.ad[kb][lane];
-    float dah[4] = {dah4.x, dah4.y, dah4.z, dah4.w};
-    float4 db4 = *(const float4 *)&st.bd[kb][warp * TN];
-    float db[4] = {db4.x, db4.y, db4.z, db4.w};
-#pragma unroll
-    for (int t = 0; t < 4; t++)
-#pragma unroll
-        for (int i = 0; i < 4; i++)
-            acc[i][t] = __fmaf_rn(__fmul_rn(dah[i], db[t]), __int2float_rn(isum[i][t]), acc[i][t]);
-    return;
-#elif defined(GEMM_HALF_SPLIT)
-    /* 4 x 8 in two groups of 4 tokens: 16 chains in flight, both halves of A live */
-    int4 ah[2][4];
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        ah[0][i] = st.a[kb][i][0][lane];
-        ah[1][i] = st.a[kb][i][1][lane];
-    }
-    float4 dah4 = st.ad[kb][lane];
-    float dah[4] = {dah4.x, dah4.y, dah4.z, dah4.w};
-#pragma unroll
-    for (int tg = 0; tg < TN; tg += 4) {
-        int isum[4][4];
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            int4 bv[4];
-#pragma unroll
-            for (int t = 0; t < 4; t++)
-                bv[t] = st.b[kb / 2][warp * TN + tg + t][(kb & 1) * 2 + h];
-#pragma unroll
-            for (int t = 0; t < 4; t++)
-#pragma unroll
-                for (int i = 0; i < 4; i++) {
-                    int v = h ? isum[i][t] : 0;
-                    v = __dp4a(ah[h][i].x, bv[t].x, v);
-                    v = __dp4a(ah[h][i].y, bv[t].y, v);
-                    v = __dp4a(ah[h][i].z, bv[t].z, v);
-                    isum[i][t] = __dp4a(ah[h][i].w, bv[t].w, v);
-                }
-        }
-        float4 db4 = *(const float4 *)&st.bd[kb][warp * TN + tg];
-        float db[4] = {db4.x, db4.y, db4.z, db4.w};
-#pragma unroll
-        for (int t = 0; t < 4; t++)
-#pragma unroll
-            for (int i = 0; i < 4; i++)
-                acc[i][tg + t] = __fmaf_rn(__fmul_rn(dah[i], db[t]), __int2float_rn(isum[i][t]),
-                                           acc[i][tg + t]);
-    }
-    return;
-#endif
     float4 da4 = st.ad[kb][lane];
     float da[4] = {da4.x, da4.y, da4.z, da4.w};
     int4 a0[4], a1[4];
@@ -405,10 +293,10 @@ static __device__ __forceinline__ void gemm_block(float (&acc)[4][TN],
         a1[i] = st.a[kb][i][1][lane];
     }
 #pragma unroll
-    for (int t = 0; t < TN; t++) {
-        const int4 *bt = st.b[kb / 2][warp * TN + t] + (kb & 1) * 2;
+    for (int t = 0; t < 8; t++) {
+        const int4 *bt = st.b[kb / 2][warp * 8 + t] + (kb & 1) * 2;
         int4 b0 = bt[0], b1 = bt[1];
-        float db = st.bd[kb][warp * TN + t];
+        float db = st.bd[kb][warp * 8 + t];
 #pragma unroll
         for (int i = 0; i < 4; i++) {
 #if GEMM_I2F
@@ -441,15 +329,15 @@ static __device__ __forceinline__ void gemm_block(float (&acc)[4][TN],
  * kernels does (--use_fast_math implies -ftz=true). Every index is
  * recomputed from the block and thread ids and the kernel parameters, so
  * nothing extra stays live across the K loop. */
-static __device__ __forceinline__ void gemm_fold(float (&acc)[4][TN], const struct mm_parts &ps,
+static __device__ __forceinline__ void gemm_fold(float (&acc)[4][8], const struct mm_parts &ps,
                                                  int n_tokens, bool first)
 {
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     int pi = mm_part_find(ps, blockIdx.x);
     int tile = blockIdx.x - ps.p[pi].unit_begin, n_out = ps.p[pi].n_out;
-    int tok0 = blockIdx.y * BN + warp * TN;
+    int tok0 = blockIdx.y * BN + warp * 8;
 #pragma unroll
-    for (int t = 0; t < TN; t++)
+    for (int t = 0; t < 8; t++)
 #pragma unroll
         for (int i = 0; i < 4; i++) {
             int row = tile * BM + lane + 32 * i;
@@ -470,7 +358,7 @@ static __device__ __forceinline__ void gemm_fold(float (&acc)[4][TN], const stru
  * idle buffer: cheaper than skipping) and this stage's blocks are checked
  * against nb. */
 template <int KB, int KP, bool TAIL>
-static __device__ __forceinline__ void gemm_stage_run(float (&acc)[4][TN], struct gemm_src &c,
+static __device__ __forceinline__ void gemm_stage_run(float (&acc)[4][8], struct gemm_src &c,
                                                       const struct gemm_stage<KB> &cur,
                                                       struct gemm_stage<KB> &nxt, int s)
 {
@@ -514,8 +402,7 @@ static __global__ void __launch_bounds__(MM_GEMM_THREADS, MM_GEMM_MIN_BLOCKS)
     gemm_q8_kernel(struct mm_parts ps, const int8_t *xq, const float *xd, int n_in, int nb,
                    int n_tokens)
 {
-    static_assert(!GEMM_ASYNC || TN != 8 || KP >= 2,
-                  "the async copies and the register-path first stage share KP >= 2's B slots");
+    static_assert(!GEMM_ASYNC || KP >= 2, "the async copies and the first stage share KP >= 2's B slots");
     extern __shared__ int4 gemm_smem_raw[];
     struct gemm_stage<KB> *st = (struct gemm_stage<KB> *)gemm_smem_raw;
     cuda_pdl_enter();   /* launch.cuh: before any read or write */
@@ -523,31 +410,24 @@ static __global__ void __launch_bounds__(MM_GEMM_THREADS, MM_GEMM_MIN_BLOCKS)
     struct gemm_src c = gemm_src_init<KB, KP>(
         ps.p[pi].q, ps.p[pi].d, xq, xd, (int)(blockIdx.x - ps.p[pi].unit_begin) * (BM / 32),
         (ps.p[pi].n_out + 31) >> 5, (int)blockIdx.y * BN, n_tokens, n_in, nb);
-    float acc[4][TN];
+    float acc[4][8];
 #pragma unroll
     for (int i = 0; i < 4; i++)
 #pragma unroll
-        for (int t = 0; t < TN; t++)
+        for (int t = 0; t < 8; t++)
             acc[i][t] = 0.0f;
 
     {
         struct gemm_scales<KB> sc;
         gemm_load_scales<KB, true>(sc, c);
-        if (GEMM_ASYNC && TN != 8) {   /* TN = 8 keeps the register path here (its B slots are KP >= 2's) */
-            gemm_copy_async<KB, true>(st[0], c);
-            cp_async_commit();
-        } else {
 #pragma unroll
-            for (int p = 0; p < KB / KP; p++) {
-                struct gemm_piece<KP> r;
-                gemm_load<KP, true>(r, c, p * KP);
-                gemm_store(st[0], p * KP, r);
-            }
+        for (int p = 0; p < KB / KP; p++) {
+            struct gemm_piece<KP> r;
+            gemm_load<KP, true>(r, c, p * KP);
+            gemm_store(st[0], p * KP, r);
         }
         gemm_store_scales(st[0], sc);
         gemm_src_next<KB>(c);
-        if (GEMM_ASYNC && TN != 8)
-            cp_async_wait<0>();
     }
     __syncthreads();
     int n_stages = (nb + KB - 1) / KB;
