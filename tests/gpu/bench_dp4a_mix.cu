@@ -3,8 +3,9 @@
  * session: the 2K GEMM's warps wait on a ready DP4A at ~76% of the probe's
  * rate, and its counters do not say why).
  *
- * Three register-only kernels, 2 blocks of 256 threads an SM (the GEMM's
- * occupancy), timed in one run:
+ * Three register-only kernels of 256-thread blocks, timed in one run (the
+ * gemm loops' ~124 registers allow 2 blocks an SM, the GEMM's occupancy; the
+ * probe's loop fits more, as in the probe itself):
  *   probe: kernels/cuda/probe.cu's loop, a = dp4a(a, k, a): one vector
  *          register read an instruction (the figure bench's ratios divide by);
  *   gemm_int: the GEMM's DP4A pattern, a thread's 4 rows x 8 tokens of block
