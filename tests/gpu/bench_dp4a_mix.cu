@@ -157,7 +157,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_dp4a_mix: no CUDA device %d\n", dev);
         return 1;
     }
-    int blocks = 2 * sms * 4;   /* 4 waves of 2 blocks an SM: ~0.5 s a launch at 133 TOPS */
+    int blocks = 2 * sms * 4;   /* 4 waves of 2 blocks an SM: ~0.5 ms a launch at 133 TOPS */
     /* DP4A per thread: probe 8 x 32 x ITERS, gemm 4 x 8 x 8 x ITERS: both 256 x ITERS */
     double ops = 2.0 * 4 * 256.0 * MIX_ITERS * MIX_THREADS * blocks;
     const char *name[3] = {"probe (1 register read a DP4A)", "gemm_int (4x8 tile of 8-DP4A dots)",
