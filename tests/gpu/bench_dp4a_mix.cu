@@ -3,7 +3,7 @@
  * session: the 2K GEMM's warps wait on a ready DP4A at ~76% of the probe's
  * rate, and its counters do not say why).
  *
- * Three register-only kernels of 256-thread blocks, timed in one run (the
+ * Four register-only kernels of 256-thread blocks, timed in one run (the
  * gemm loops' ~124 registers allow 2 blocks an SM, the GEMM's occupancy; the
  * probe's loop fits more, as in the probe itself):
  *   probe: kernels/cuda/probe.cu's loop, a = dp4a(a, k, a): one vector
@@ -13,11 +13,14 @@
  *          ended by an integer add (no float work);
  *   gemm_fp: the same, each dot ended as gemm.cu ends it: I2F, FMUL of the
  *          two scales, FFMA into the output (the numerics contract's three
- *          float operations per 8 DP4A).
- * Each prints its DP4A rate in TOPS and as a share of probe's. If gemm_fp sits
- * near the GEMM's 72-76%, the GEMM is at its arithmetic's ceiling on this GPU
- * and its 2K target needs less float work per block; if it sits near 100%,
- * the GEMM's loads and barriers still cost what is missing.
+ *          float operations per 8 DP4A);
+ *   gemm_fp_no_act_scale: gemm_fp without the FMUL (I2F and FFMA by the
+ *          weight scale only): the ceiling of a contract that would apply
+ *          the activation scale once per segment.
+ * Each prints its DP4A rate in TOPS and as a share of probe's. The first H100
+ * run (docs/PERF.md, twenty-second session): gemm_int 96.9%, gemm_fp 81.8%,
+ * so the float work per block, not the operands, costs the GEMM most of what
+ * it lacks against the probe on sm_90 (the GEMM runs at 72-73%).
  * Usage: bench_gpu_dp4a_mix [device] */
 #include <cuda_runtime.h>
 #include <stdio.h>
@@ -47,8 +50,11 @@ static __global__ void __launch_bounds__(MIX_THREADS, 2) mix_probe(int seed, int
 /* A: 4 rows x 8 words (the GEMM's a0/a1), B: 2 tokens x 8 words used for
  * tokens t and t + 2 ... alike (the GEMM loads a new token's 8 words from
  * shared memory; here they stay in registers and change every iteration so
- * nothing is loop-invariant). FP: end each dot as gemm.cu's gemm_block. */
-template <bool FP>
+ * nothing is loop-invariant). MIX_FP: end each dot as gemm.cu's gemm_block;
+ * MIX_FP_NO_ACT_SCALE: without the activation scale's FMUL (the rate of a
+ * contract that applied the activation scale once per segment). */
+enum { MIX_INT, MIX_FP, MIX_FP_NO_ACT_SCALE };
+template <int MODE>
 static __global__ void __launch_bounds__(MIX_THREADS, 2) mix_gemm(int seed, int *sink)
 {
     int a[4][8], b[2][8];
@@ -77,7 +83,7 @@ static __global__ void __launch_bounds__(MIX_THREADS, 2) mix_gemm(int seed, int 
     for (int t = 0; t < 8; t++)
         db[t] = 1e-2f * (t + 1);
     for (int it = 0; it < MIX_ITERS; it++) {
-        if (FP) {   /* scales that change every iteration (the GEMM loads them per block), so
+        if (MODE != MIX_INT) {   /* scales that change every iteration (the GEMM loads them per block), so
                      * that the FMUL stays in the loop: small positive floats from B's bits */
 #pragma unroll
             for (int i = 0; i < 4; i++)
@@ -95,8 +101,10 @@ static __global__ void __launch_bounds__(MIX_THREADS, 2) mix_gemm(int seed, int 
 #pragma unroll
                 for (int j = 0; j < 8; j++)
                     s = __dp4a(a[i][j], bt[j], s);
-                if (FP)
+                if (MODE == MIX_FP)
                     acc[i][t] = __fmaf_rn(__fmul_rn(da[i], db[t]), __int2float_rn(s), acc[i][t]);
+                else if (MODE == MIX_FP_NO_ACT_SCALE)
+                    acc[i][t] = __fmaf_rn(da[i], __int2float_rn(s), acc[i][t]);
                 else
                     iacc[i][t] += s;
             }
@@ -132,9 +140,11 @@ static double mix_time(int kind, int blocks, int *sink)
         if (kind == 0)
             mix_probe<<<blocks, MIX_THREADS>>>(0x01010101, sink);
         else if (kind == 1)
-            mix_gemm<false><<<blocks, MIX_THREADS>>>(0x01010101, sink);
+            mix_gemm<MIX_INT><<<blocks, MIX_THREADS>>>(0x01010101, sink);
+        else if (kind == 2)
+            mix_gemm<MIX_FP><<<blocks, MIX_THREADS>>>(0x01010101, sink);
         else
-            mix_gemm<true><<<blocks, MIX_THREADS>>>(0x01010101, sink);
+            mix_gemm<MIX_FP_NO_ACT_SCALE><<<blocks, MIX_THREADS>>>(0x01010101, sink);
         cudaEventRecord(e1);
         cudaEventSynchronize(e1);
         float ms = 0;
@@ -160,10 +170,11 @@ int main(int argc, char **argv)
     int blocks = 2 * sms * 4;   /* 4 waves of 2 blocks an SM: ~0.5 ms a launch at 133 TOPS */
     /* DP4A per thread: probe 8 x 32 x ITERS, gemm 4 x 8 x 8 x ITERS: both 256 x ITERS */
     double ops = 2.0 * 4 * 256.0 * MIX_ITERS * MIX_THREADS * blocks;
-    const char *name[3] = {"probe (1 register read a DP4A)", "gemm_int (4x8 tile of 8-DP4A dots)",
-                           "gemm_fp (+ I2F, FMUL, FFMA per dot)"};
-    double tops[3];
-    for (int k = 0; k < 3; k++) {
+    const char *name[4] = {"probe (1 register read a DP4A)", "gemm_int (4x8 tile of 8-DP4A dots)",
+                           "gemm_fp (+ I2F, FMUL, FFMA per dot)",
+                           "gemm_fp_no_act_scale (+ I2F, FFMA)"};
+    double tops[4];
+    for (int k = 0; k < 4; k++) {
         double s = mix_time(k, blocks, sink);
         tops[k] = ops / s * 1e-12;
     }
@@ -171,7 +182,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_dp4a_mix: a launch failed\n");
         return 1;
     }
-    for (int k = 0; k < 3; k++)
+    for (int k = 0; k < 4; k++)
         printf("BENCH dp4a_mix %-40s %7.2f TOPS  %5.1f%% of probe\n", name[k], tops[k],
                100.0 * tops[k] / tops[0]);
     cudaFree(sink);
