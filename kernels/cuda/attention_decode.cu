@@ -519,8 +519,6 @@ template <typename T, int GM, int CH, int MINB>
 static __global__ void __launch_bounds__(DEC_WARPS * 32, MINB) k_attn_decode(struct dec_args a)
 {
     cuda_pdl_enter();   /* launch.cuh: before any read or write */
-    if (EXPERIMENT_SKIP_ATTN == 1)
-        return;
     __shared__ __align__(16) float s_acc[DEC_WARPS][GM][DEC_D];
     __shared__ float2 s_ml[DEC_WARPS][GM];
     dec_src_regs<T, dec_shape<T, GM, CH>::CHUNK> src;
@@ -534,8 +532,6 @@ static __global__ void __launch_bounds__(DEC_WARPS * 32, dec_pipe_shape<GM>::MIN
     k_attn_decode_pipe(struct dec_args a)
 {
     cuda_pdl_enter();   /* launch.cuh: before any read or write */
-    if (EXPERIMENT_SKIP_ATTN == 1)
-        return;
     extern __shared__ __align__(16) unsigned char dec_ring[];
     __shared__ float2 s_ml[DEC_WARPS][GM];
     typedef dec_pipe_shape<GM> P;
@@ -557,8 +553,6 @@ static __global__ void k_attn_combine(float *out, const float *part_acc, const f
                                       int max_splits)
 {
     cuda_pdl_enter();   /* launch.cuh: before any read or write */
-    if (EXPERIMENT_SKIP_ATTN == 1)
-        return;
     __shared__ float s_w[ATT_COMBINE_CHUNK], s_l[ATT_COMBINE_CHUNK], scratch[32];
     __shared__ unsigned char s_skip[ATT_COMBINE_CHUNK];
     int qh = blockIdx.x, di = blockIdx.y;
@@ -652,8 +646,6 @@ template <typename T, int GM>
 static int dec_launch_gm(struct cuda_ctx *c, float *out, const struct dec_args &a, int n_dec)
 {
     dim3 grid(a.max_splits, a.n_kv, n_dec);
-    if (EXPERIMENT_SKIP_ATTN == 2)
-        return CS_OK;
     if (sizeof(T) == 2 && dec_pipe_ready<GM>(c))
         CS_CUDA_CHECK(cuda_launch(k_attn_decode_pipe<GM>, grid, DEC_WARPS * 32,
                                   (size_t)dec_pipe_shape<GM>::BLOCK_BYTES, c->stream, a));

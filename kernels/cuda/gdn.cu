@@ -142,7 +142,7 @@ static __global__ void __launch_bounds__(GDN_THREADS)
             S[r] = S_g[(size_t)(4 * r + kq) * GDN_DV];
     }
     cuda_pdl_enter();   /* launch.cuh: y, beta, alpha, out and the state's write from here */
-    if (!run || EXPERIMENT_SKIP_GDN == 1)
+    if (!run)
         return;   /* max_len: the chunked form has the long ones */
     struct gdn_raw raw;
     gdn_load(raw, g, t0, t1, h, col0);
@@ -208,8 +208,6 @@ static int gdn_scan(struct cuda_ctx *c, float *out, const float *y, const float 
     g.n_v_heads = st->n_v_heads;
     g.conv_dim = st->conv_dim;
     dim3 grid(GDN_DV / GDN_COLS, st->n_v_heads, n_seqs);
-    if (EXPERIMENT_SKIP_GDN == 2)
-        return CS_OK;
     CS_CUDA_CHECK(cuda_launch(k_gdn, grid, GDN_THREADS, 0, c->stream, g, c->batch.seq_start,
                               c->batch.slot, max_len));
     return CS_OK;

@@ -111,8 +111,6 @@ template <typename T>
 static __global__ void k_qk_norm_rope_store(struct qk_prep_args a)
 {
     cuda_pdl_enter();   /* launch.cuh: before any read or write */
-    if (EXPERIMENT_SKIP_ATTN == 1)
-        return;
     __shared__ float buf[ROPE_WARPS][ROPE_MAX_DIM];
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int row = blockIdx.x * ROPE_WARPS + warp;
@@ -176,8 +174,6 @@ int cuda_op_qk_norm_rope_store(struct cs_backend *be, float *q, int q_token_stri
                              kv->n_pages, kv->page_size, cb->max_pages, b->n_tokens, cb->pos,
                              cb->seq_of, cb->page_table};
     int blocks = (int)((rows + ROPE_WARPS - 1) / ROPE_WARPS);
-    if (EXPERIMENT_SKIP_ATTN == 2)
-        return CS_OK;
     if (kv->kv_type == CS_DTYPE_F16)
         CS_CUDA_CHECK(cuda_launch(k_qk_norm_rope_store<__half>, blocks, ROPE_WARPS * 32, 0,
                                   c->stream, a));

@@ -59,19 +59,6 @@ static __device__ __forceinline__ void cuda_pdl_enter(void)
 
 #include "launch.h"
 
-/* Speed experiments only (wrong results; never in a product build; docs/PERF.md,
- * twenty-second session): what a group of the decode step's small kernels
- * costs the step. 1: the group's kernels return right after their PDL wait
- * (the share of their work); 2: they are not launched (their work and their
- * launch boundary). GDN: k_gdn; ATTN: k_qk_norm_rope_store, the decode
- * attention and its combine. */
-#ifndef EXPERIMENT_SKIP_GDN
-#define EXPERIMENT_SKIP_GDN 0
-#endif
-#ifndef EXPERIMENT_SKIP_ATTN
-#define EXPERIMENT_SKIP_ATTN 0
-#endif
-
 /* cuda_launch with the grid's blocks grouped in clusters of cluster_x
  * consecutive blocks (sm_90+; 1: no clusters). */
 template <typename... KArgs, typename... Args>
