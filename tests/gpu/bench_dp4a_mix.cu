@@ -19,8 +19,9 @@
  *          the activation scale once per segment.
  * Each prints its DP4A rate in TOPS and as a share of probe's. The first H100
  * run (docs/PERF.md, twenty-second session): gemm_int 96.9%, gemm_fp 81.8%,
- * so the float work per block, not the operands, costs the GEMM most of what
- * it lacks against the probe on sm_90 (the GEMM runs at 72-73%).
+ * gemm_fp_no_act_scale 88.0%, so the float work per block, not the operands,
+ * costs the GEMM most of what it lacks against the probe on sm_90 (the GEMM
+ * runs at 72-73%).
  * Usage: bench_gpu_dp4a_mix [device] */
 #include <cuda_runtime.h>
 #include <stdio.h>

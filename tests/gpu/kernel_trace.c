@@ -12,7 +12,11 @@
  *   python3 tests/gpu/kernel_trace_report.py trace.csv
  * The CSV: start_ns,end_ns,graph_node,stream,blocks,name (mangled kernel
  * names; "[memcpy]" and "[memset]" rows for copies and fills). Timestamps
- * are CUPTI's GPU clock; rows come in buffer order, not sorted. */
+ * are CUPTI's GPU clock; rows come in buffer order, not sorted.
+ * What tracing costs (H100, 9B decode): 3.4% of the step at depth 0, 7% at
+ * 32K, nearly all of it a gap of ~0.14-0.28 ms before each graph's first
+ * node (the report charges it to that kernel, k_rmsnorm in a decode step);
+ * the kernels inside the graph run as they do untraced. */
 #include <cupti.h>
 #include <stdint.h>
 #include <stdio.h>
