@@ -31,16 +31,20 @@ def short_name(mangled):
     start = m.end()
     name = mangled[start:start + n]
     rest = mangled[start + n:]
-    if rest.startswith('I'):
-        depth, i = 0, 0
+    if rest.startswith('I'):   # template arguments: I ... E, literals L ... E, nested N ... E
+        depth, i, literal = 0, 0, False
         for i, ch in enumerate(rest):
-            if ch == 'I':
+            if literal:
+                literal = ch != 'E'
+            elif ch == 'L':
+                literal = True
+            elif ch in 'IN':
                 depth += 1
             elif ch == 'E':
                 depth -= 1
                 if depth == 0:
                     break
-        name += '<' + rest[1:i][:24] + '>'
+        name += '<' + rest[1:i][:40] + '>'
     return name
 
 
@@ -73,7 +77,9 @@ def runs_of(steps):
     return [r for r in runs if len(r) >= 16]
 
 
-def report(rows, run, top):
+def critical_path(rows, run):
+    """The run's steps past the first 4: (steps used, mean span in ns, {kernel: [calls a step,
+    increment ns a step, mean duration ns]})."""
     use = run[4:]
     inc = collections.defaultdict(float)
     dur = collections.defaultdict(float)
@@ -89,14 +95,20 @@ def report(rows, run, top):
             t_end = max(t_end, en)
         span += t_end - rows[a][0]
     n = len(use)
+    per = {nm: [calls[nm] / n, inc[nm] / n, dur[nm] / calls[nm]] for nm in inc}
+    return n, span / n, per
+
+
+def report(rows, run, top):
+    n, span, per = critical_path(rows, run)
     nk = run[0][1] - run[0][0]
-    print(f'run of {len(run)} steps, {nk} kernels a step; mean step span {span / n / 1e3:.1f} us '
+    print(f'run of {len(run)} steps, {nk} kernels a step; mean step span {span / 1e3:.1f} us '
           f'(first embed start to last end), {n} steps used')
     print(f'  {"kernel":44s} {"calls":>5s} {"incr us":>9s} {"share":>6s} {"dur us":>8s}')
-    total = sum(inc.values())
-    for nm in sorted(inc, key=lambda x: -inc[x])[:top]:
-        print(f'  {nm:44s} {calls[nm] / n:5.1f} {inc[nm] / n / 1e3:9.1f} '
-              f'{100 * inc[nm] / total:5.1f}% {dur[nm] / calls[nm] / 1e3:8.2f}')
+    total = sum(v[1] for v in per.values())
+    for nm in sorted(per, key=lambda x: -per[x][1])[:top]:
+        c, i, d = per[nm]
+        print(f'  {nm:44s} {c:5.1f} {i / 1e3:9.1f} {100 * i / total:5.1f}% {d / 1e3:8.2f}')
 
 
 def main():
