@@ -311,6 +311,15 @@ static __device__ __forceinline__ void gemm_block(float (&acc)[4][8],
              * eighteenth session). */
             (void)db;
             acc[i][t] = __fmaf_rn(da[i], fsum, acc[i][t]);
+#elif defined(GEMM_EXPERIMENT_POW2_ACT_SCALE)
+            /* A speed experiment only (wrong results unless every d_x is a power
+             * of two): d_w * d_x as an integer add of d_x's exponent to d_w's
+             * bits (ALU pipe) instead of an FMUL (FMA pipe), the arithmetic of
+             * power-of-two activation scales (docs/PERF.md, twenty-third
+             * session). */
+            acc[i][t] = __fmaf_rn(__int_as_float(__float_as_int(da[i]) +
+                                                 (__float_as_int(db) - 0x3f800000)),
+                                  fsum, acc[i][t]);
 #else
             acc[i][t] = __fmaf_rn(__fmul_rn(da[i], db), fsum, acc[i][t]);
 #endif

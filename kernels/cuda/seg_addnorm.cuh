@@ -40,6 +40,16 @@ static __device__ __forceinline__ void seg_addnorm_sums(const struct cuda_mm_pro
                                                         int lane, float *ssw)
 {
     static_assert(SEG_AN_WARPS * 4 * 32 == NORM_THREADS, "4 virtual warps per loader warp");
+#ifdef SEG_AN_EXPERIMENT_NO_SUMS
+    /* A speed experiment only (wrong results; never in a product build): the
+     * prologue without the row's sum of squares, i.e. the critical path a
+     * contract would leave that applied the norm's scale after the block's
+     * quantization (docs/PERF.md, twenty-third session). */
+    if (lane < 4)
+        ssw[warp * 4 + lane] = 1.0f;
+    (void)pro, (void)x, (void)n_in;
+    return;
+#endif
 #pragma unroll seg_an_unroll
     for (int j = 0; j < 4; j++) {
         int vw = warp * 4 + j, vt = vw * 32 + lane;
