@@ -45,9 +45,9 @@ static __device__ __forceinline__ void seg_addnorm_sums(const struct cuda_mm_pro
      * prologue without the row's sum of squares, i.e. the critical path a
      * contract would leave that applied the norm's scale after the block's
      * quantization (docs/PERF.md, twenty-third session). */
-    if (lane < 4)
-        ssw[warp * 4 + lane] = 1.0f;
-    (void)pro, (void)x, (void)n_in;
+    if (lane < 4)   /* a row sum of n_in: scale ~1, so the stream stays finite */
+        ssw[warp * 4 + lane] = (float)n_in / (SEG_AN_WARPS * 4);
+    (void)pro, (void)x;
     return;
 #endif
 #pragma unroll seg_an_unroll
