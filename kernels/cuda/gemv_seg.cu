@@ -88,6 +88,31 @@ static __device__ __forceinline__ void seg_cl_sync(void)
 #endif
 }
 
+/* The add_rmsnorm prologue's row sums in a cluster launch (CL): the 32
+ * virtual warps of seg_addnorm_sums split over the cluster's n_seg blocks
+ * (block rank r takes vw = r, r + n_seg, ...; loader warp w every eighth of
+ * those), each sum stored into ssw[vw] of every block of the cluster; the
+ * caller's cluster barrier then publishes them. The same sums, so the same
+ * bits; each block loads 1 / n_seg of the row once instead of all of it in
+ * four rounds (every block of the wave read the same 32 KB from L2: at the
+ * 9B shape 396 blocks, 12.7 MB a call; docs/PERF.md, twenty-third session). */
+static __device__ __forceinline__ void seg_an_sums_cluster(const struct cuda_mm_pro &pro,
+                                                           const float *x, int n_in, int warp,
+                                                           int lane, int rank, int n_seg,
+                                                           float *ssw)
+{
+#ifdef SEG_AN_EXPERIMENT_NO_SUMS
+    seg_addnorm_sums(pro, x, n_in, warp, lane, ssw);   /* constants (the experiment) */
+    (void)rank, (void)n_seg;
+    return;
+#endif
+    for (int vw = rank + n_seg * warp; vw < NORM_THREADS / 32; vw += n_seg * SEG_WARPS) {
+        float ss = seg_an_vwarp_sum(pro, x, n_in, vw, lane);
+        if (lane < n_seg)   /* lane r stores into block r */
+            seg_cl_store(&ssw[vw], lane, ss);
+    }
+}
+
 /* This warp's SEG_BPW weight blocks of (unit, segment starting at block b0)
  * into registers: the loads are issued, not waited for. */
 static __device__ __forceinline__ void seg_load(const struct mm_parts &ps, int unit, int nb, int b0,
@@ -232,9 +257,15 @@ static __global__ void __launch_bounds__(SEG_THREADS, SEG_BLOCKS_PER_SM)
     static_assert(XS || !AN, "add_rmsnorm is a prologue");
     static_assert(!CV || (XS && AN), "the conv epilogue follows the add_rmsnorm prologue");
     if (AN) {   /* the row's sums first; every warp reaches the barrier */
-        if (!tail)
-            seg_addnorm_sums(pro, x, n_in, warp, lane, ssw);
-        __syncthreads();
+        if (CL) {   /* split over the cluster (seg is the block's rank) */
+            if (!tail)
+                seg_an_sums_cluster(pro, x, n_in, warp, lane, seg, n_seg, ssw);
+            seg_cl_sync();
+        } else {
+            if (!tail)
+                seg_addnorm_sums(pro, x, n_in, warp, lane, ssw);
+            __syncthreads();
+        }
         if (!tail)
             seg_addnorm_prologue(pro, x, n_in, b0, cn, warp, lane, blockIdx.x < n_seg, ssw, xs,
                                  xds);

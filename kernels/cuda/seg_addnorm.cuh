@@ -27,13 +27,32 @@ static __device__ __forceinline__ float seg_an_aux(const float *p)
 {
     return AuxGlobal ? __ldg(p) : *p;
 }
+/* Virtual warp vw (0..31) of k_add_rmsnorm's 1024 threads (rms_row.cuh):
+ * thread 32 vw + lane holds v[e] = x + aux at 32 vw + lane + 1024 e; its
+ * partial sum of squares, reduced by warp_sum as block_sum's first level.
+ * Every lane returns the virtual warp's sum. Its 16 loads fly together. */
+template <bool AuxGlobal = true>
+static __device__ __forceinline__ float seg_an_vwarp_sum(const struct cuda_mm_pro &pro,
+                                                         const float *x, int n_in, int vw,
+                                                         int lane)
+{
+    int vt = vw * 32 + lane;
+    float v[NORM_NPT];
+#pragma unroll
+    for (int e = 0; e < NORM_NPT; e++) {
+        int i = vt + e * NORM_THREADS;
+        v[e] = i < n_in ? rms_add(__ldg(x + i), seg_an_aux<AuxGlobal>(pro.aux + i)) : 0.0f;
+    }
+    return warp_sum(rms_sumsq(v));
+}
+
 /* The add_rmsnorm prologue (CUDA_MM_PRO_ADD_RMSNORM), first half: every
  * block needs the whole row's sum of squares, formed as k_add_rmsnorm's 1024
  * threads form it (rms_row.cuh). Loader warp w plays k_add_rmsnorm's warps
- * 4w..4w+3 in turn (virtual thread 32 vw + lane holds v[e] = x + aux at
- * vt + 1024 e), each reduced by warp_sum as block_sum's first level; lane 0
- * leaves the warp's sum in ssw[vw]. One virtual warp at a time: its 16 loads
- * fly together while the first group's weights stay in registers. */
+ * 4w..4w+3 in turn; lane 0 leaves virtual warp vw's sum in ssw[vw]. One
+ * virtual warp at a time: its 16 loads fly together while the first group's
+ * weights stay in registers. (gemv_seg.cu's cluster launch splits the 32
+ * virtual warps over the cluster's blocks instead: seg_an_sums_cluster.) */
 template <bool AuxGlobal = true>
 static __device__ __forceinline__ void seg_addnorm_sums(const struct cuda_mm_pro &pro,
                                                         const float *x, int n_in, int warp,
@@ -52,14 +71,8 @@ static __device__ __forceinline__ void seg_addnorm_sums(const struct cuda_mm_pro
 #endif
 #pragma unroll seg_an_unroll
     for (int j = 0; j < 4; j++) {
-        int vw = warp * 4 + j, vt = vw * 32 + lane;
-        float v[NORM_NPT];
-#pragma unroll
-        for (int e = 0; e < NORM_NPT; e++) {
-            int i = vt + e * NORM_THREADS;
-            v[e] = i < n_in ? rms_add(__ldg(x + i), seg_an_aux<AuxGlobal>(pro.aux + i)) : 0.0f;
-        }
-        float ss = warp_sum(rms_sumsq(v));
+        int vw = warp * 4 + j;
+        float ss = seg_an_vwarp_sum<AuxGlobal>(pro, x, n_in, vw, lane);
         if (lane == 0)
             ssw[vw] = ss;
     }
