@@ -257,9 +257,6 @@ static __global__ void __launch_bounds__(SEG_THREADS, SEG_BLOCKS_PER_SM)
     static_assert(XS || !AN, "add_rmsnorm is a prologue");
     static_assert(!CV || (XS && AN), "the conv epilogue follows the add_rmsnorm prologue");
     if (AN) {   /* the row's sums first; every warp reaches the barrier */
-        struct seg_an_seg an;   /* this warp's part of the segment, loaded with the sums */
-        if (!tail)
-            seg_an_seg_load(pro, x, b0, cn, warp, lane, an);
         if (CL) {   /* split over the cluster (seg is the block's rank) */
             if (!tail)
                 seg_an_sums_cluster(pro, x, n_in, warp, lane, seg, n_seg, ssw);
@@ -270,8 +267,8 @@ static __global__ void __launch_bounds__(SEG_THREADS, SEG_BLOCKS_PER_SM)
             __syncthreads();
         }
         if (!tail)
-            seg_an_seg_quantize(pro, n_in, b0, cn, warp, lane, blockIdx.x < n_seg, ssw, an, xs,
-                                xds);
+            seg_addnorm_prologue(pro, x, n_in, b0, cn, warp, lane, blockIdx.x < n_seg, ssw, xs,
+                                 xds);
     } else if (XS && !tail) {   /* quantize this segment of pro(x) into shared memory */
         seg_prologue(pro, x, b0, cn, warp, lane, xs, xds);
     }

@@ -78,36 +78,24 @@ static __device__ __forceinline__ void seg_addnorm_sums(const struct cuda_mm_pro
     }
 }
 
-/* Second half. Its loads (this warp's 4 blocks of the segment: x + aux and
- * norm_w) depend on nothing the sums produce, so seg_an_seg_load may issue
- * them before the sums' barrier; seg_an_seg_quantize then forms the scale
- * (block_sum's second level over ssw: every warp the same total) and
- * quantizes rmsnorm(x + aux) * norm_w as seg_prologue does. The blocks of
+/* Second half, after a barrier: block_sum's second level over ssw (every
+ * warp the same total), the scale, then this warp's 4 blocks of the segment
+ * of rmsnorm(x + aux) * norm_w quantized as seg_prologue does. The blocks of
  * the first row group (one per segment: write_sum) also store x + aux. */
-struct seg_an_seg {
-    float v[4], w[4];
-};
-
-static __device__ __forceinline__ void seg_an_seg_load(const struct cuda_mm_pro &pro,
-                                                       const float *x, int b0, int cn, int warp,
-                                                       int lane, struct seg_an_seg &r)
+static __device__ __forceinline__ void seg_addnorm_prologue(const struct cuda_mm_pro &pro,
+                                                            const float *x, int n_in, int b0,
+                                                            int cn, int warp, int lane,
+                                                            bool write_sum, const float *ssw,
+                                                            int8_t *xs, float *xds)
 {
+    float v[4], w[4];
 #pragma unroll
     for (int u = 0; u < 4; u++) {
         int k = warp * 4 + u, i = (b0 + k) * 32 + lane;
         bool in = k < cn;
-        r.v[u] = in ? rms_add(__ldg(x + i), __ldg(pro.aux + i)) : 0.0f;
-        r.w[u] = in ? __ldg(pro.norm_w + i) : 0.0f;
+        v[u] = in ? rms_add(__ldg(x + i), __ldg(pro.aux + i)) : 0.0f;
+        w[u] = in ? __ldg(pro.norm_w + i) : 0.0f;
     }
-}
-
-static __device__ __forceinline__ void seg_an_seg_quantize(const struct cuda_mm_pro &pro,
-                                                           int n_in, int b0, int cn, int warp,
-                                                           int lane, bool write_sum,
-                                                           const float *ssw,
-                                                           const struct seg_an_seg &r, int8_t *xs,
-                                                           float *xds)
-{
     float scale = rms_scale(warp_sum(ssw[lane]), n_in, pro.eps);
 #pragma unroll
     for (int u = 0; u < 4; u++) {
@@ -115,9 +103,9 @@ static __device__ __forceinline__ void seg_an_seg_quantize(const struct cuda_mm_
         if (k >= cn)
             break;
         if (write_sum)
-            pro.x_out[i] = r.v[u];
+            pro.x_out[i] = v[u];
         float d;
-        int q = cuda_q8_1_quantize_lane(rms_apply(r.v[u], scale, r.w[u]), &d);
+        int q = cuda_q8_1_quantize_lane(rms_apply(v[u], scale, w[u]), &d);
         xs[k * 32 + lane] = (int8_t)q;
         if (lane == 0)
             xds[k] = d;
