@@ -134,31 +134,6 @@ static __device__ __forceinline__ void seg_load(const struct mm_parts &ps, int u
     }
 }
 
-/* Build option for A/B runs: 1 asks L2, before the PDL wait, for the
- * block's second row group (its 32 KB of quants and 2 KB of scales, one
- * 128-byte line a lane), so that the loads issued after the prologue and the
- * first group's dots find it there instead of starting a DRAM round trip
- * while the pipe is still filling (twenty-third session). Only this once a
- * launch: the twelfth session's prefetch of every next group inside the
- * loop lost 6-8% (docs/PERF.md). */
-#ifndef SEG_PREFETCH_NEXT
-#define SEG_PREFETCH_NEXT 0
-#endif
-
-static __device__ __forceinline__ void seg_prefetch_l2(const struct mm_parts &ps, int unit, int nb,
-                                                       int b0, int cn, int warp, int lane)
-{
-    int pi = mm_part_find(ps, unit);
-    int g = unit - ps.p[pi].unit_begin;
-    const char *q = (const char *)(ps.p[pi].q + (size_t)g * nb * 64 + (size_t)b0 * 64);
-    const char *d = (const char *)(ps.p[pi].d + (size_t)g * nb * 32 + (size_t)b0 * 32);
-    int t = warp * 32 + lane, qbytes = cn * 1024, dbytes = cn * 64;
-    for (int off = t * 128; off < qbytes; off += SEG_WARPS * 32 * 128)
-        asm volatile("prefetch.global.L2 [%0];" ::"l"(q + off));
-    if (t * 128 < dbytes)
-        asm volatile("prefetch.global.L2 [%0];" ::"l"(d + t * 128));
-}
-
 /* Block i works on segment i % n_seg of row groups i / n_seg, i / n_seg +
  * ustride, ... (ustride = gridDim.x / n_seg): the grid is sized to the GPU
  * (gemv_seg_launch), so a block stays resident over several row groups.
@@ -273,8 +248,6 @@ static __global__ void __launch_bounds__(SEG_THREADS, SEG_BLOCKS_PER_SM)
     float wd[SEG_BPW];
     if (!tail)
         seg_load(ps, unit, nb, b0, warp, lane, wv0, wv1, wd);
-    if (SEG_PREFETCH_NEXT && !tail && unit + ustride < units)
-        seg_prefetch_l2(ps, unit + ustride, nb, b0, cn, warp, lane);
     if (CL)
         seg_cl_arrive();
     cuda_pdl_enter();   /* launch.cuh: x, the workspace and y only from here */
