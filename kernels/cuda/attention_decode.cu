@@ -198,14 +198,6 @@ static __device__ __forceinline__ void chunk_rows(const struct dec_args &a, int 
     const T *pages = (const T *)a.pages;
     const int32_t *pt = a.page_table + (size_t)seq * a.max_pages;
     size_t off = (size_t)which * a.page_size * row + (size_t)h * DEC_D + lane * DEC_DPL;
-#ifdef DEC_EXPERIMENT_HEAD_MAJOR
-    /* A speed experiment only (wrong results; never in a product build): the
-     * rows addressed as if a page held K [n_kv][page_size][head_dim] (each kv
-     * head's positions contiguous), the same bytes of the same pages read, to
-     * time a head-major KV layout (docs/PERF.md, twenty-third session). */
-    off = (size_t)which * a.page_size * row + (size_t)h * a.page_size * DEC_D + lane * DEC_DPL;
-    row = DEC_D;
-#endif
     if (a.page_size % C == 0) {   /* the chunk lies in one page: one lookup */
         int pi = p0 / a.page_size;
         int pg = pi < a.max_pages ? pt[pi] : -1;
