@@ -540,41 +540,14 @@ static __global__ void __launch_bounds__(DEC_WARPS * 32, dec_pipe_shape<GM>::MIN
 }
 
 #define ATT_COMBINE_CHUNK 1024   /* splits whose weights sit in shared memory at once */
-#ifndef ATT_COMBINE_U
-#define ATT_COMBINE_U 64         /* partial loads in flight per thread (a whole 32K context's) */
-#endif
-
-/* Splits s0 .. s0 + ATT_COMBINE_U - 1 (below c1) of this thread's dim, av
- * their partials, added into (L, o) in split order. */
-static __device__ __forceinline__ void combine_group(const float (&av)[ATT_COMBINE_U], int s0,
-                                                     int c0, int c1, const float *s_w,
-                                                     const float *s_l,
-                                                     const unsigned char *s_skip, float &L,
-                                                     float &o)
-{
-#pragma unroll
-    for (int u = 0; u < ATT_COMBINE_U; u++) {
-        int i = s0 + u - c0;
-        if (s0 + u >= c1)
-            break;
-        if (s_skip[i])
-            continue;
-        float w = s_w[i];
-        L = __fmaf_rn(s_l[i], w, L);   /* pinned, as in dec_block's merge */
-        o = __fmaf_rn(av[u], w, o);
-    }
-}
+#define ATT_COMBINE_U 16         /* partial loads in flight per thread */
 
 /* Combine: block (query head, decode token), one thread per dim, splits
  * merged in order. The splits' maximum and weights exp(m_s - M) are
  * computed by all threads at once into shared memory (each thread once
  * walked every split's (m, l) itself: at 32K, 129 dependent L2 round trips
  * and ~40 us per layer); each thread then adds its dim's partials in split
- * order, ATT_COMBINE_U loads in flight. The first ATT_COMBINE_U partials
- * are loaded before the maximum, which they do not depend on, and each
- * thread keeps the (m, l) it read for the maximum: one L2 round trip for a
- * context of up to 64 splits where the maximum, the weights and four
- * groups of 16 partials took six in a row (twenty-third session). */
+ * order, ATT_COMBINE_U loads in flight. */
 static __global__ void k_attn_combine(float *out, const float *part_acc, const float2 *part_ml,
                                       const int32_t *dec, const int32_t *pos, int n_heads, int D,
                                       int max_splits)
@@ -586,38 +559,38 @@ static __global__ void k_attn_combine(float *out, const float *part_acc, const f
     int t = dec[di];
     int n_s = cs_attn_n_splits(pos[t]);
     size_t base = ((size_t)di * n_heads + qh) * max_splits;
-    int d = threadIdx.x;   /* blockDim.x == D */
-    float av[ATT_COMBINE_U];
-#pragma unroll
-    for (int u = 0; u < ATT_COMBINE_U; u++)
-        av[u] = u < n_s ? part_acc[(base + u) * D + d] : 0.0f;
     float m = -INFINITY;
-    float2 ml0 = make_float2(-INFINITY, 0.0f);   /* split threadIdx.x's, for its weight */
-    for (int s = threadIdx.x; s < n_s; s += blockDim.x) {
-        float2 ml = part_ml[base + s];
-        if (s == (int)threadIdx.x)
-            ml0 = ml;
-        m = fmaxf(m, ml.x);
-    }
+    for (int s = threadIdx.x; s < n_s; s += blockDim.x)
+        m = fmaxf(m, part_ml[base + s].x);
     float M = block_max(m, scratch);   /* a maximum: the same in any order */
+    int d = threadIdx.x;               /* blockDim.x == D */
     float L = 0.0f, o = 0.0f;
     for (int c0 = 0; c0 < n_s; c0 += ATT_COMBINE_CHUNK) {
         int c1 = min(n_s, c0 + ATT_COMBINE_CHUNK);
         __syncthreads();   /* the previous chunk's weights are no longer read */
         for (int s = c0 + threadIdx.x; s < c1; s += blockDim.x) {
-            float2 ml = s == (int)threadIdx.x ? ml0 : part_ml[base + s];
+            float2 ml = part_ml[base + s];
             s_skip[s - c0] = ml.x == -INFINITY;
             s_w[s - c0] = ml.x == -INFINITY ? 0.0f : xm_exp_nonpos(ml.x - M);
             s_l[s - c0] = ml.y;
         }
         __syncthreads();
         for (int s0 = c0; s0 < c1; s0 += ATT_COMBINE_U) {
-            if (s0 > 0) {   /* the first group is in av already */
+            float av[ATT_COMBINE_U];
 #pragma unroll
-                for (int u = 0; u < ATT_COMBINE_U; u++)
-                    av[u] = s0 + u < c1 ? part_acc[(base + s0 + u) * D + d] : 0.0f;
+            for (int u = 0; u < ATT_COMBINE_U; u++)
+                av[u] = s0 + u < c1 ? part_acc[(base + s0 + u) * D + d] : 0.0f;
+#pragma unroll
+            for (int u = 0; u < ATT_COMBINE_U; u++) {
+                int i = s0 + u - c0;
+                if (s0 + u >= c1)
+                    break;
+                if (s_skip[i])
+                    continue;
+                float w = s_w[i];
+                L = __fmaf_rn(s_l[i], w, L);   /* pinned, as in dec_block's merge */
+                o = __fmaf_rn(av[u], w, o);
             }
-            combine_group(av, s0, c0, c1, s_w, s_l, s_skip, L, o);
         }
     }
     out[(size_t)t * n_heads * D + (size_t)qh * D + d] = L > 0.0f ? __fdiv_rn(o, L) : 0.0f;
