@@ -94,8 +94,8 @@ static __device__ __forceinline__ void seg_cl_sync(void)
  * those), each sum stored into ssw[vw] of every block of the cluster; the
  * caller's cluster barrier then publishes them. The same sums, so the same
  * bits; each block loads 1 / n_seg of the row once instead of all of it in
- * four rounds (every block of the wave read the same 32 KB from L2: at the
- * 9B shape 396 blocks, 12.7 MB a call; docs/PERF.md, twenty-third session). */
+ * four rounds (every block of the wave read the same 32 KB from L2: the 9B
+ * gate/up's 344 blocks, 11 MB a call; docs/PERF.md, twenty-third session). */
 static __device__ __forceinline__ void seg_an_sums_cluster(const struct cuda_mm_pro &pro,
                                                            const float *x, int n_in, int warp,
                                                            int lane, int rank, int n_seg,
