@@ -7,7 +7,9 @@
  * (E 4096), 27B (E 5120) and 0.8B (E 1024, where the GEMV has one segment
  * and the op falls back) models; also a few tokens (the fallback), 40 and
  * 300 tokens (the add and norm fused into the quantization before the GEMM,
- * quantize_pro.cu; its x_out too), a row longer than 8192 (the looping norm kernel), a second call (the GEMV's
+ * quantize_pro.cu; its x_out too), rows of 2,048, 2,560 and 8,192 (the row
+ * sums split over clusters of 2, 3 and 8 blocks on sm_90, gemv_seg.cu), a
+ * row longer than 8192 (the looping norm kernel), a second call (the GEMV's
  * tickets reset), and that x and y are only read. Also matmul_add_rmsnorm_conv1d
  * (GDN's conv1d_silu in the GEMV's epilogue) against the two ops.
  * Each check prints "RESULT <name> PASS|FAIL <error figure> (bound)" like
@@ -253,6 +255,10 @@ int main(void)
     int64_t small[2] = {256, 64};
     check_shape("long row 9216", 9216, 2, small, 1);
     check_shape("2B-like 2048", 2048, 2, small, 1);
+    /* the row sums split over clusters of 3 (a short last segment: the 4B's
+     * 2,560) and of 8 (the most a cluster launch takes) blocks */
+    check_shape("4B-like 2560", 2560, 2, small, 1);
+    check_shape("8 segments 8192", 8192, 2, small, 1);
     gpu_pair_close();
     return test_report();
 }
