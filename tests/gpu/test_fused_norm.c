@@ -7,9 +7,10 @@
  * (E 4096), 27B (E 5120) and 0.8B (E 1024, where the GEMV has one segment
  * and the op falls back) models; also a few tokens (the fallback), 40 and
  * 300 tokens (the add and norm fused into the quantization before the GEMM,
- * quantize_pro.cu; its x_out too), rows of 2,048, 2,560 and 8,192 (the row
- * sums split over clusters of 2, 3 and 8 blocks on sm_90, gemv_seg.cu), a
- * row longer than 8192 (the looping norm kernel), a second call (the GEMV's
+ * quantize_pro.cu; its x_out too), rows of 2,048, 2,560 and 8,192 (on
+ * sm_90 the row sums split over clusters of 2, 3 and 8 blocks where such
+ * clusters fit, gemv_seg.cu), a row longer than 8192 (the looping norm
+ * kernel), a second call (the GEMV's
  * tickets reset), and that x and y are only read. Also matmul_add_rmsnorm_conv1d
  * (GDN's conv1d_silu in the GEMV's epilogue) against the two ops.
  * Each check prints "RESULT <name> PASS|FAIL <error figure> (bound)" like
