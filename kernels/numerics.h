@@ -29,9 +29,36 @@
  * attention, gates) has its own contract in kernels/exact_math.h; the two
  * together make the CPU int8 path and the CUDA backend give the same bits
  * (docs/VALIDATION.md, item 9). */
+/* The row RMSNorm in front of a projection (the input, post-attention and
+ * final norms) is applied after the dot: y = W (x / rms(x) * w) is computed
+ * as
+ *   u_i = x_i * w_i                  (one rounding; x = the residual's sum
+ *                                     x + y first for add_rmsnorm)
+ *   u quantized to Q8_1 as any input, dotted with W as above into acc
+ *   r = xm_rms_scale(ss, dim, eps)   (kernels/exact_math.h)
+ *   y = acc * r                      (one rounding)
+ * Q8_1 quantization is scale-invariant up to its roundings, so quantizing u
+ * instead of u * r loses nothing, and a one-token GEMV may quantize its
+ * segment of u before the row's sum of squares exists: each block sums its
+ * own segment and the sums meet where the segments' partial dots meet.
+ * (Before, every block of such a GEMV waited for the whole row's sum: a
+ * build without that wait decoded the 9B 2.2% faster; docs/PERF.md,
+ * twenty-third and twenty-fourth sessions.)
+ * The sum of squares ss, in the same order everywhere:
+ *   a span is CS_NORM_SPAN = 128 consecutive values (4 blocks of 32), lane l
+ *   (0..31) of a span holding values l, l + 32, l + 64, l + 96 of it;
+ *   lane partial = FFMA chain v*v + ... in that order from 0;
+ *   span sum = the 32 lane partials reduced by the xor-shuffle tree (warp_sum
+ *   / cpu_warp_sum);
+ *   segment sum = 0 + span sums of the segment's CS_NORM_SEG_SPANS spans in
+ *   order, left to right; ss = 0 + segment sums in order, left to right.
+ * Values past dim count as 0 (adding +0 to a sum of squares changes no bit,
+ * so a kernel may skip them). */
 #ifndef CS_KERNELS_NUMERICS_H
 #define CS_KERNELS_NUMERICS_H
 
 #define CS_DOT_SEG_BLOCKS 32   /* 1024 values per segment */
+#define CS_NORM_SPAN 128       /* values of a row norm's span: one warp's 4 blocks */
+#define CS_NORM_SEG_SPANS (CS_DOT_SEG_BLOCKS * 32 / CS_NORM_SPAN)   /* 8 spans a segment */
 
 #endif

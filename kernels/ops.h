@@ -184,20 +184,29 @@ struct cs_backend {
     /* out[t] = row tokens[t] of the embedding table, dequantized. */
     int (*embed)(struct cs_backend *be, float *out, const struct cs_weight *table,
                  const struct cs_batch *b);
-    /* out[t] = x[t] / sqrt(mean(x[t]^2) + eps) * w, over dim; out may equal x. */
-    int (*rmsnorm)(struct cs_backend *be, float *out, const float *x, const float *w, int n_tokens,
-                   int dim, float eps);
+    /* RMSNorm of token rows, left for the projection to finish
+     * (kernels/numerics.h): out[t] = x[t] * w and scale[t] = 1 / sqrt(mean(
+     * x[t]^2) + eps), over dim, so that the norm is out[t] * scale[t];
+     * matmul_scaled applies the scale after its dot. out may equal x. */
+    int (*rmsnorm)(struct cs_backend *be, float *out, float *scale, const float *x, const float *w,
+                   int n_tokens, int dim, float eps);
     /* ys[i][t] = Ws[i] x[t] for i < n: several weights reading the same input
      * (GDN's four input projections; gate and up), so a backend may fuse them. */
     int (*matmul)(struct cs_backend *be, int n, float *const *ys, const struct cs_weight *const *ws,
                   const float *x, int n_tokens);
+    /* matmul, then ys[i][t] *= scale[t] (one rounding; scale NULL: matmul):
+     * the projections of an rmsnorm's out with its scale. Bitwise what a
+     * fused norm-and-projection op gives (kernels/numerics.h). */
+    int (*matmul_scaled)(struct cs_backend *be, int n, float *const *ys,
+                         const struct cs_weight *const *ws, const float *x, const float *scale,
+                         int n_tokens);
     /* x += y over n values. */
     int (*add)(struct cs_backend *be, float *x, const float *y, size_t n);
     /* The residual add fused with the next RMSNorm: x += y over n_tokens * dim
-     * values, then out[t] = rmsnorm(x[t]) * w as rmsnorm does. Bitwise equal
+     * values, then out and scale from x as rmsnorm leaves them. Bitwise equal
      * to add then rmsnorm on the same backend (one launch instead of two).
      * out must not overlap x or y. */
-    int (*add_rmsnorm)(struct cs_backend *be, float *x, const float *y, float *out,
+    int (*add_rmsnorm)(struct cs_backend *be, float *x, const float *y, float *out, float *scale,
                        const float *w, int n_tokens, int dim, float eps);
     /* out = silu(g) * u over n values; out may equal g. */
     int (*silu_mul)(struct cs_backend *be, float *out, const float *g, const float *u, size_t n);
@@ -227,14 +236,15 @@ struct cs_backend {
      * x_out = x + y, normed = rmsnorm(x_out) * norm_w over dim, ys[i] = Ws[i]
      * normed for i < n (as matmul; every W's n_in = dim). x_out must not
      * overlap x, y or normed (x is only read: the model alternates two
-     * residual buffers); normed is scratch of n_tokens * dim (it may hold the
-     * norm afterwards, or not). Bitwise equal to add_rmsnorm then matmul on
-     * the same backend (CUDA fuses one decode token where the GEMV applies:
-     * one launch instead of two). */
+     * residual buffers); normed (n_tokens * dim) and norm_scale (n_tokens)
+     * are scratch (they may hold add_rmsnorm's out and scale afterwards, or
+     * not). Bitwise equal to add_rmsnorm then matmul_scaled on the same
+     * backend (CUDA fuses one decode token where the GEMV applies: one
+     * launch instead of two). */
     int (*matmul_add_rmsnorm)(struct cs_backend *be, int n, float *const *ys,
                               const struct cs_weight *const *ws, float *x_out, const float *x,
-                              const float *y, const float *norm_w, float *normed, int n_tokens,
-                              int dim, float eps);
+                              const float *y, const float *norm_w, float *normed,
+                              float *norm_scale, int n_tokens, int dim, float eps);
     /* Optional (NULL, or CS_EUNSUPPORTED with nothing run: the model runs
      * matmul_add_rmsnorm on gate and up, then matmul_swiglu): the whole FFN
      * of one decode token, x_out = x + y, n = rmsnorm(x_out) * norm_w, out =

@@ -187,13 +187,14 @@ static int add_norm_matmul(struct cs_model *m, struct cs_state *st, int n, float
     int rc;
     if (be->matmul_add_rmsnorm) {
         rc = be->matmul_add_rmsnorm(be, n, ys, ws, st->hidden_alt, st->hidden, st->tmp, norm_w,
-                                    normed, T, hp->n_embd, hp->eps);
+                                    normed, st->norm_scale, T, hp->n_embd, hp->eps);
         swap_residual(st);
         return rc;
     }
-    if ((rc = be->add_rmsnorm(be, st->hidden, st->tmp, normed, norm_w, T, hp->n_embd, hp->eps)))
+    if ((rc = be->add_rmsnorm(be, st->hidden, st->tmp, normed, st->norm_scale, norm_w, T,
+                              hp->n_embd, hp->eps)))
         return rc;
-    return be->matmul(be, n, ys, ws, normed, T);
+    return be->matmul_scaled(be, n, ys, ws, normed, st->norm_scale, T);
 }
 
 /* One block on st->hidden: h = x + Mixer(norm(x)); out = h + FFN(norm(h)).
@@ -227,8 +228,9 @@ static int layer_forward(struct cs_model *m, struct cs_state *st, int l, const s
     if (rc == CS_EUNSUPPORTED) {   /* not fused: the norm and the projections */
         if (pending)
             rc = add_norm_matmul(m, st, n_in, ys, ws, w->attn_norm, st->normed, T);
-        else if (!(rc = be->rmsnorm(be, st->normed, st->hidden, w->attn_norm, T, E, hp->eps)))
-            rc = be->matmul(be, n_in, ys, ws, st->normed, T);
+        else if (!(rc = be->rmsnorm(be, st->normed, st->norm_scale, st->hidden, w->attn_norm, T,
+                                    E, hp->eps)))
+            rc = be->matmul_scaled(be, n_in, ys, ws, st->normed, st->norm_scale, T);
     }
     struct cs_out_proj p;
     if (rc || (rc = hp->recurrent[l] ? mixer_gdn(m, st, l, b, conv_done, &p)
@@ -367,14 +369,15 @@ static int lm_head_matmul(struct cs_model *m, struct cs_state *st, int n)
 {
     float *ys[1] = {st->logits};
     const struct cs_weight *ws[1] = {&m->output};
-    return m->be->matmul(m->be, 1, ys, ws, st->rows, n);
+    return m->be->matmul_scaled(m->be, 1, ys, ws, st->rows, st->norm_scale, n);
 }
 
 /* Final norm of n rows of x into st->rows, then the LM head into st->logits. */
 static int lm_head_rows(struct cs_model *m, struct cs_state *st, const float *x, int n)
 {
     const struct cs_hparams *hp = &m->hp;
-    int rc = m->be->rmsnorm(m->be, st->rows, x, m->output_norm, n, hp->n_embd, hp->eps);
+    int rc = m->be->rmsnorm(m->be, st->rows, st->norm_scale, x, m->output_norm, n, hp->n_embd,
+                            hp->eps);
     return rc ? rc : lm_head_matmul(m, st, n);
 }
 

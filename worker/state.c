@@ -53,6 +53,7 @@ static int state_scratch_list(struct cs_state *st, struct scratch_item *it)
     if (st->m->be->matmul_add_rmsnorm)   /* the fused add writes out of place (model.c) */
         ITEM(hidden_buf[1], T * E);
     ITEM(normed, T * E);
+    ITEM(norm_scale, T);
     ITEM(tmp, T * E);
     ITEM(ffn_gate, T * (size_t)st->max_ff);
     ITEM(ffn_up, T * (size_t)st->max_ff);

@@ -23,6 +23,7 @@ struct cs_state {
     float *hidden_buf[2];  /* E: allocated; [1] only for a backend with matmul_add_rmsnorm */
     float *hidden_end[2];  /* where a step body of each variant leaves the stream (model.c) */
     float *normed;         /* E: rmsnorm output (mixer, FFN and final norm input) */
+    float *norm_scale;     /* 1: its per-token scale, applied after the projection (numerics.h) */
     float *tmp;            /* E: mixer and FFN down outputs before the residual add */
     float *qkv;            /* conv_dim: GDN input projection */
     float *conv_out;       /* conv_dim */

@@ -26,6 +26,7 @@
 
 #include "../../common/half.h"
 #include "../exact_math.h"
+#include "../numerics.h"
 #include "../ops.h"
 #include "threadpool.h"
 
@@ -100,9 +101,8 @@ static inline float cpu_warp_sum(float *v)
     return v[0];
 }
 
-/* The sum of squares of x[0..n) as the CUDA norms form it with T lanes
- * (T = 32: one warp, the per-head norms; T = 1024: a block of 32 warps,
- * rms_row.cuh's row norm): lane t's FFMA chain over x[t], x[t + T], ...,
+/* The sum of squares of x[0..n) as the CUDA kernels form it with T lanes
+ * (T = 32: one warp, the per-head norms and the GDN's L2 norms): lane t's FFMA chain over x[t], x[t + T], ...,
  * warp_sum of each 32 lanes, then (T > 32) warp_sum of the warp sums
  * (block_sum, padded with zeros to 32). T is 32 or a multiple of 32 up to
  * 1024. */
@@ -126,11 +126,36 @@ static inline float cpu_sumsq_lanes(const float *x, int64_t n, int T)
     return cpu_warp_sum(warps);
 }
 
-#define CPU_ROW_NORM_LANES 1024   /* kernels/cuda/rms_row.cuh NORM_THREADS */
 #define CPU_HEAD_NORM_LANES 32    /* one warp per head: rope.cuh, gated_norm.cuh, gdn.cu */
 
-/* The RMSNorm scale of a token row (rmsnorm, add_rmsnorm, the final norm)
- * and of one head (q/k norms, the GDN gated norm), as the CUDA kernels. */
+/* The sum of squares of a token row in kernels/numerics.h's span order
+ * (rmsnorm, add_rmsnorm, the final norm; kernels/cuda/rms_row.cuh). */
+static inline float cpu_row_sumsq(const float *x, int64_t n)
+{
+    const int64_t seg_len = (int64_t)CS_NORM_SEG_SPANS * CS_NORM_SPAN;
+    float total = 0.0f;
+    for (int64_t s0 = 0; s0 < n; s0 += seg_len) {
+        float seg = 0.0f;
+        for (int64_t j0 = s0; j0 < s0 + seg_len && j0 < n; j0 += CS_NORM_SPAN) {
+            float lanes[32];
+            for (int l = 0; l < 32; l++) {
+                float p = 0.0f;
+                for (int u = 0; u < CS_NORM_SPAN / 32; u++) {
+                    int64_t i = j0 + u * 32 + l;
+                    float v = i < n ? x[i] : 0.0f;
+                    p = fmaf(v, v, p);
+                }
+                lanes[l] = p;
+            }
+            seg = seg + cpu_warp_sum(lanes);
+        }
+        total = total + seg;
+    }
+    return total;
+}
+
+/* The RMSNorm scale of one head (q/k norms, the GDN gated norm), as the
+ * CUDA kernels. */
 static inline float cpu_rms_scale_lanes(const float *x, int64_t n, float eps, int lanes)
 {
     return xm_rms_scale(cpu_sumsq_lanes(x, n, lanes), (int)n, eps);
@@ -146,13 +171,16 @@ size_t cpu_row_bytes(uint32_t type, int64_t n);
 /* ---- ops (ops.h contracts) ---- */
 int cpu_embed(struct cs_backend *be, float *out, const struct cs_weight *table,
               const struct cs_batch *b);
-int cpu_rmsnorm(struct cs_backend *be, float *out, const float *x, const float *w, int n_tokens,
-                int dim, float eps);
+int cpu_rmsnorm(struct cs_backend *be, float *out, float *scale, const float *x, const float *w,
+                int n_tokens, int dim, float eps);
 int cpu_matmul(struct cs_backend *be, int n, float *const *ys, const struct cs_weight *const *ws,
                const float *x, int n_tokens);
+int cpu_matmul_scaled(struct cs_backend *be, int n, float *const *ys,
+                      const struct cs_weight *const *ws, const float *x, const float *scale,
+                      int n_tokens);
 int cpu_add(struct cs_backend *be, float *x, const float *y, size_t n);
-int cpu_add_rmsnorm(struct cs_backend *be, float *x, const float *y, float *out, const float *w,
-                    int n_tokens, int dim, float eps);
+int cpu_add_rmsnorm(struct cs_backend *be, float *x, const float *y, float *out, float *scale,
+                    const float *w, int n_tokens, int dim, float eps);
 int cpu_silu_mul(struct cs_backend *be, float *out, const float *g, const float *u, size_t n);
 int cpu_head_norm_rope(struct cs_backend *be, float *x, int token_stride, int head_stride,
                        int n_heads, int head_dim, const float *norm_w, int rope_dims,

@@ -9,7 +9,9 @@
  *   fp32 sum over blocks in order), mirroring the GPU's DP4A path.
  * Work is split by groups of MATMUL_ROWS output rows across threads; a group
  * converts its rows once and runs every token against them while they are in
- * cache. The value of y[t][r] depends only on row r and x[t]. */
+ * cache. The value of y[t][r] depends only on row r and x[t] (and, for
+ * matmul_scaled, scale[t]: y[t][r] * scale[t], one rounding, the norm applied
+ * after the dot as kernels/numerics.h says). */
 #include <string.h>
 
 #include "../../common/gguf.h"
@@ -27,6 +29,7 @@ struct matmul_job {
     const struct cs_weight *const *ws;
     int64_t group_end[MATMUL_MAX_WEIGHTS];  /* prefix sums of row groups per weight */
     const float *x;
+    const float *scale;                      /* [n_tokens] or NULL */
     const struct block_q8_1 *xq;             /* int8 mode: [n_tokens][n_in / 32] */
     int64_t n_in;
     int n_tokens;
@@ -57,6 +60,9 @@ static void group_fp32(const struct matmul_job *job, float *buf, float *y,
         float *yt = y + (size_t)t * w->n_out + r0;
         for (int k = 0; k < nr; k++)
             yt[k] = cpu_dot(rows[k], xt, n_in);
+        if (job->scale)
+            for (int k = 0; k < nr; k++)
+                yt[k] = yt[k] * job->scale[t];
     }
 }
 
@@ -70,6 +76,9 @@ static void group_int8(const struct matmul_job *job, float *y, const struct cs_w
         float *yt = y + (size_t)t * w->n_out + r0;
         for (int k = 0; k < nr; k++)
             yt[k] = quant_q8_0_q8_1_dot(rows + k * nb, xt, job->n_in);
+        if (job->scale)
+            for (int k = 0; k < nr; k++)
+                yt[k] = yt[k] * job->scale[t];
     }
 }
 
@@ -123,10 +132,18 @@ static int matmul_quantize_x(struct matmul_job *job)
 int cpu_matmul(struct cs_backend *be, int n, float *const *ys, const struct cs_weight *const *ws,
                const float *x, int n_tokens)
 {
+    return cpu_matmul_scaled(be, n, ys, ws, x, NULL, n_tokens);
+}
+
+int cpu_matmul_scaled(struct cs_backend *be, int n, float *const *ys,
+                      const struct cs_weight *const *ws, const float *x, const float *scale,
+                      int n_tokens)
+{
     if (n <= 0 || n > MATMUL_MAX_WEIGHTS || !ys || !ws || !x || n_tokens < 0)
         return CS_EINVAL;
     struct matmul_job job = {.ctx = cpu_ctx_of(be), .n = n, .ys = ys, .ws = ws, .x = x,
-                             .n_tokens = n_tokens, .n_in = ws[0] ? ws[0]->n_in : 0};
+                             .scale = scale, .n_tokens = n_tokens,
+                             .n_in = ws[0] ? ws[0]->n_in : 0};
     int64_t groups = 0;
     for (int i = 0; i < n; i++) {
         const struct cs_weight *w = ws[i];

@@ -206,6 +206,7 @@ static void cpu_table_fill(struct cs_backend *be)
     be->embed = cpu_embed;
     be->rmsnorm = cpu_rmsnorm;
     be->matmul = cpu_matmul;
+    be->matmul_scaled = cpu_matmul_scaled;
     be->add = cpu_add;
     be->add_rmsnorm = cpu_add_rmsnorm;
     be->silu_mul = cpu_silu_mul;

@@ -1,6 +1,7 @@
 /* ffn_ring.cu - the FFN of one decode token in one persistent kernel (sm_90):
  * x_out = x + y, n = rmsnorm(x_out) * norm_w, out = W_down (silu(W_gate n)
- * * (W_up n)). Bitwise the two launches it replaces (the gate/up GEMV with
+ * * (W_up n)), the norm's scale applied to gate and up after their dots
+ * (kernels/numerics.h). Bitwise the two launches it replaces (the gate/up GEMV with
  * the add_rmsnorm prologue, the down GEMV with the SwiGLU prologue): the
  * same prologue code (seg_addnorm.cuh), the same block dots and the same
  * per-segment chains in kernels/numerics.h's order, the same Q8_1 rule.
@@ -434,6 +435,23 @@ static size_t fr_smem_bytes(int dim, int n_ff, int n_in_o)
     return fr_proj_offset(dim, n_ff) + (n_in_o > 0 ? (pin > py ? pin : py) : 0);
 }
 
+/* After seg_addnorm_row: a barrier of the dot warps, then warp 0 forms the
+ * row's norm scale from the span sums into *r (the chain warp reads it after
+ * its next barrier with the dot warps). */
+static __device__ __forceinline__ void fr_norm_scale(const float *sp, int dim, float eps,
+                                                     int warp, int lane, float *r)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    fr_bar_sync(FR_BAR_DOT, FR_DOT_THREADS);
+    if (warp == 0) {
+        int n_seg = (dim / 32 + CS_DOT_SEG_BLOCKS - 1) / CS_DOT_SEG_BLOCKS;
+        float ss = rms_row_sum_from_spans(sp, n_seg * SEG_AN_WARPS, lane);
+        if (lane == 0)
+            *r = rms_scale(ss, dim, eps);
+    }
+#endif
+}
+
 template <bool PROJ>
 static __global__ void __launch_bounds__(FR_THREADS, PROJ ? FR_MINB_PROJ : FR_MINB)
     k_ffn_ring(struct fr_args a)
@@ -443,7 +461,8 @@ static __global__ void __launch_bounds__(FR_THREADS, PROJ ? FR_MINB_PROJ : FR_MI
     __shared__ unsigned long long full[FR_SLOTS], empty[FR_SLOTS];
     __shared__ float terms[2][FR_IB][32];    /* block dots, exact as float */
     __shared__ float scl[2][FR_IB][32];      /* fp32(d_w) * d_x */
-    __shared__ float ssw[32];
+    __shared__ float sp[SEG_AN_WARPS * (NORM_THREADS * NORM_NPT / (CS_DOT_SEG_BLOCKS * 32))];
+    __shared__ float s_r;                    /* the norm's scale, for the chain warp */
     unsigned char *slots = fr_dyn;
     int8_t *xs_e = (int8_t *)(fr_dyn + (size_t)FR_SLOTS * FR_SLOT_BYTES);
     int8_t *xs_f = xs_e + a.dim;
@@ -499,9 +518,8 @@ static __global__ void __launch_bounds__(FR_THREADS, PROJ ? FR_MINB_PROJ : FR_MI
                 seg_prologue_row(a.opro, a.oa, a.n_in_o / 32, warp, lane, xs_o, xd_o);
             } else {
                 /* x_out and x's norm quantized, as the gate/up GEMV's prologue */
-                seg_addnorm_sums(a.pro, a.x, a.dim, warp, lane, ssw);
-                fr_bar_sync(FR_BAR_DOT, FR_DOT_THREADS);
-                seg_addnorm_row(a.pro, a.x, a.dim, warp, lane, bi == 0, ssw, xs_e, xd_e);
+                seg_addnorm_row(a.pro, a.x, a.dim, warp, lane, bi == 0, xs_e, xd_e, sp);
+                fr_norm_scale(sp, a.dim, a.pro.eps, warp, lane, &s_r);
             }
             fr_bar_sync(FR_BAR_DOT, FR_DOT_THREADS);
             for (int k = 0; k < items; k++) {
@@ -515,9 +533,8 @@ static __global__ void __launch_bounds__(FR_THREADS, PROJ ? FR_MINB_PROJ : FR_MI
                     pro.aux = y_s;
                     fr_bar_sync(FR_BAR_DOT, FR_DOT_THREADS);   /* xs_o read: y_s may go over it */
                     fr_ll_wait_rows(a.lly, a.dim, ep, y_s);
-                    seg_addnorm_sums<false>(pro, a.x, a.dim, warp, lane, ssw);
-                    fr_bar_sync(FR_BAR_DOT, FR_DOT_THREADS);
-                    seg_addnorm_row<false>(pro, a.x, a.dim, warp, lane, bi == 0, ssw, xs_e, xd_e);
+                    seg_addnorm_row<false>(pro, a.x, a.dim, warp, lane, bi == 0, xs_e, xd_e, sp);
+                    fr_norm_scale(sp, a.dim, a.pro.eps, warp, lane, &s_r);
                     fr_bar_sync(FR_BAR_DOT, FR_DOT_THREADS);
                 }
                 if (!(FR_DIAG & 2) && (FR_SEGWAIT ? (it.down && it.sub == 0 &&
@@ -596,10 +613,10 @@ static __global__ void __launch_bounds__(FR_THREADS, PROJ ? FR_MINB_PROJ : FR_MI
                 if (PROJ && it.proj) {
                     fr_ll_store(a.lly + (size_t)it.g * 32 + lane, __float_as_uint(total), ep);
                 } else if (!it.down && !it.up) {
-                    gate = total;
+                    gate = __fmul_rn(total, s_r);   /* the norm's scale after the dot */
                 } else if (!it.down) {
-                    float d;
-                    int q = cuda_q8_1_quantize_lane(__fmul_rn(silu_f(gate), total), &d);
+                    float d, up = __fmul_rn(total, s_r);
+                    int q = cuda_q8_1_quantize_lane(__fmul_rn(silu_f(gate), up), &d);
                     fr_publish(a, it.g, lane, q, d, ep);   /* k_silu_mul's value, quantized */
                 } else {
                     a.out[(size_t)it.g * 32 + lane] = total;

@@ -88,31 +88,6 @@ static __device__ __forceinline__ void seg_cl_sync(void)
 #endif
 }
 
-/* The add_rmsnorm prologue's row sums in a cluster launch (CL): the 32
- * virtual warps of seg_addnorm_sums split over the cluster's n_seg blocks
- * (block rank r takes vw = r, r + n_seg, ...; loader warp w every eighth of
- * those), each sum stored into ssw[vw] of every block of the cluster; the
- * caller's cluster barrier then publishes them. The same sums, so the same
- * bits; each block loads 1 / n_seg of the row once instead of all of it in
- * four rounds (every block of the wave read the same 32 KB from L2: the 9B
- * gate/up's 344 blocks, 11 MB a call; docs/PERF.md, twenty-third session). */
-static __device__ __forceinline__ void seg_an_sums_cluster(const struct cuda_mm_pro &pro,
-                                                           const float *x, int n_in, int warp,
-                                                           int lane, int rank, int n_seg,
-                                                           float *ssw)
-{
-#ifdef SEG_AN_EXPERIMENT_NO_SUMS
-    seg_addnorm_sums(pro, x, n_in, warp, lane, ssw);   /* constants (the experiment) */
-    (void)rank, (void)n_seg;
-    return;
-#endif
-    for (int vw = rank + n_seg * warp; vw < NORM_THREADS / 32; vw += n_seg * SEG_WARPS) {
-        float ss = seg_an_vwarp_sum(pro, x, n_in, vw, lane);
-        if (lane < n_seg)   /* lane r stores into block r */
-            seg_cl_store(&ssw[vw], lane, ss);
-    }
-}
-
 /* This warp's SEG_BPW weight blocks of (unit, segment starting at block b0)
  * into registers: the loads are issued, not waited for. */
 static __device__ __forceinline__ void seg_load(const struct mm_parts &ps, int unit, int nb, int b0,
@@ -193,7 +168,8 @@ static __device__ __forceinline__ void seg_conv_store(const struct mm_parts &ps,
 }
 
 /* Output row `row` of part pi, token t: the value v, or (CV: the conv
- * epilogue's instance, one token) through the epilogue for part 0. */
+ * epilogue's instance, one token) through the epilogue for part 0. v is
+ * already scaled (seg_scaled). */
 template <bool CV>
 static __device__ __forceinline__ void seg_store(const struct mm_parts &ps,
                                                  const struct cuda_mm_pro &pro, int pi, int t,
@@ -210,9 +186,19 @@ static __device__ __forceinline__ void seg_store(const struct mm_parts &ps,
         ps.p[pi].y[(size_t)t * n_out + row] = v;
 }
 
+/* An output as stored: AN, times the row norm's scale r (kernels/numerics.h);
+ * else as mm_out (ps.rs, matmul_scaled). */
+template <bool AN>
+static __device__ __forceinline__ float seg_scaled(const struct mm_parts &ps, int t, float v,
+                                                   float r)
+{
+    return AN ? __fmul_rn(v, r) : mm_out(ps, t, v);
+}
+
 /* XS: one token, x quantized in shared memory through a prologue; AN: the
  * add_rmsnorm prologue (its own instance: it needs more registers and a
- * barrier, which the other one-token GEMVs should not pay for). CV: with
+ * row-norm scale, formed from each block's segment sum where the partial
+ * dots meet, which the other one-token GEMVs should not pay for). CV: with
  * the conv epilogue (its own instance too: the same code without it ran
  * the 9B gate/up and q/k/v projections ~1.3 us slower a call, ncu on an
  * H200, docs/PERF.md twelfth session).
@@ -236,7 +222,8 @@ static __global__ void __launch_bounds__(SEG_THREADS, SEG_BLOCKS_PER_SM)
     __shared__ float xscale[2][SEG][NT];      /* d_x of (block, token) */
     __shared__ __align__(16) int8_t xs[XS ? NT * SEG * 32 : 16];
     __shared__ float xds[XS ? NT * SEG : 1];
-    __shared__ float ssw[AN ? 32 : 1];
+    __shared__ float ssw[AN ? SEG_WARPS : 1];     /* AN: this block's span sums */
+    __shared__ float ssg[AN && CL ? SEG_CL_MAX : 1];   /* AN, CL: the cluster's segment sums */
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     bool tail = warp == SEG_WARPS;
     int ustride = gridDim.x / n_seg;
@@ -256,24 +243,30 @@ static __global__ void __launch_bounds__(SEG_THREADS, SEG_BLOCKS_PER_SM)
     static_assert(!XS || (NT == 1 && SEG == 4 * SEG_WARPS), "the prologue: one token, 4 blocks a warp");
     static_assert(XS || !AN, "add_rmsnorm is a prologue");
     static_assert(!CV || (XS && AN), "the conv epilogue follows the add_rmsnorm prologue");
-    if (AN) {   /* the row's sums first; every warp reaches the barrier */
-        if (CL) {   /* split over the cluster (seg is the block's rank) */
-            if (!tail)
-                seg_an_sums_cluster(pro, x, n_in, warp, lane, seg, n_seg, ssw);
-            seg_cl_sync();
-        } else {
-            if (!tail)
-                seg_addnorm_sums(pro, x, n_in, warp, lane, ssw);
-            __syncthreads();
-        }
-        if (!tail)
-            seg_addnorm_prologue(pro, x, n_in, b0, cn, warp, lane, blockIdx.x < n_seg, ssw, xs,
-                                 xds);
+    if (AN && !tail) {   /* this segment of (x + aux) * norm_w, and its span sums */
+        float sp = seg_addnorm_prologue(pro, x, b0, cn, warp, lane, blockIdx.x < n_seg, xs, xds);
+        if (lane == 0)
+            ssw[warp] = sp;
     } else if (XS && !tail) {   /* quantize this segment of pro(x) into shared memory */
         seg_prologue(pro, x, b0, cn, warp, lane, xs, xds);
     }
     if (XS)
         __syncthreads();
+    /* AN: the segment's sum of squares goes where the partial dots go: into
+     * ssg[seg] of every block of the cluster (published by the barrier
+     * before the sums are added), or the workspace after the partials (by
+     * the tail's fence before its tickets); with one segment it is the row's */
+    float r = 0.0f;
+    float *seg_ss = part + (size_t)units * n_seg * NT * 32;   /* tickets: [gridDim.x] */
+    if (AN && tail) {
+        float ss = rms_seg_sum(ssw, SEG_WARPS);
+        if (n_seg == 1)
+            r = rms_scale(ss, n_in, pro.eps);
+        else if (CL && lane < n_seg)
+            seg_cl_store(&ssg[seg], lane, ss);
+        else if (!CL && lane == 0)
+            seg_ss[blockIdx.x] = ss;
+    }
     for (int it = 0, gi = 0; unit < units; unit += ustride, it ^= 1, gi++) {
         if (!tail) {
 #pragma unroll
@@ -330,7 +323,7 @@ static __global__ void __launch_bounds__(SEG_THREADS, SEG_BLOCKS_PER_SM)
                 p = __fmaf_rn(__fmul_rn(wscale[it][k][lane], xscale[it][k][t]), terms[it][k][t][lane],
                               p);
             if (n_seg == 1) {
-                seg_store<CV>(ps, pro, pi, t, row, __fadd_rn(0.0f, p));
+                seg_store<CV>(ps, pro, pi, t, row, seg_scaled<AN>(ps, t, __fadd_rn(0.0f, p), r));
             } else if (CL) {
                 seg_cl_store(&recv[gi / n_seg * n_seg + seg][t][lane], gi % n_seg, p);
             } else {
@@ -355,6 +348,8 @@ static __global__ void __launch_bounds__(SEG_THREADS, SEG_BLOCKS_PER_SM)
             }
         }
         seg_cl_sync();
+        if (AN)
+            r = rms_scale(rms_seg_sum(ssg, n_seg), n_in, pro.eps);   /* segments in order */
         for (int j = warp; j * n_seg + seg < n_mine; j += SEG_WARPS + 1) {
             int u = unit0 + (j * n_seg + seg) * ustride;
             int pi = mm_part_find(ps, u);
@@ -363,6 +358,7 @@ static __global__ void __launch_bounds__(SEG_THREADS, SEG_BLOCKS_PER_SM)
                 float tot = 0.0f;
                 for (int sg = 0; sg < n_seg; sg++)
                     tot = __fadd_rn(tot, recv[j * n_seg + sg][t][lane]);
+                tot = seg_scaled<AN>(ps, t, tot, r);
                 if (pre && j == warp)
                     seg_conv_store(ps, pro, row, c0, tot);
                 else
@@ -395,12 +391,18 @@ static __global__ void __launch_bounds__(SEG_THREADS, SEG_BLOCKS_PER_SM)
             __threadfence();   /* the other blocks' partials of u, seen through their tickets */
             int pi = mm_part_find(ps, u);
             int row = (u - ps.p[pi].unit_begin) * 32 + lane;
+            if (AN) {   /* u's blocks are (u % ustride) n_seg + sg: their segment sums */
+                float ss = 0.0f;
+                for (int sg = 0; sg < n_seg; sg++)
+                    ss = __fadd_rn(ss, __ldcg(seg_ss + (size_t)(u % ustride) * n_seg + sg));
+                r = rms_scale(ss, n_in, pro.eps);
+            }
             for (int t = 0; t < NT; t++) {
                 float tot = 0.0f;
                 const float *pp = part + ((size_t)u * n_seg * NT + t) * 32 + lane;
                 for (int sg = 0; sg < n_seg; sg++)
                     tot = __fadd_rn(tot, __ldcg(pp + (size_t)sg * NT * 32));
-                seg_store<CV>(ps, pro, pi, t, row, tot);
+                seg_store<CV>(ps, pro, pi, t, row, seg_scaled<AN>(ps, t, tot, r));
             }
             if (lane == 0)
                 tickets[u] = 0;   /* ready for the next launch */
@@ -617,6 +619,7 @@ cudaError_t gemv_seg_launch(int nt, const struct mm_parts &ps, int units, const 
         struct mm_parts rest = ps;
         for (int i = 0; i < ps.n; i++)
             rest.p[i].y = ps.p[i].y + (size_t)SEG_MAX_NT * ps.p[i].n_out;
+        rest.rs = ps.rs ? ps.rs + SEG_MAX_NT : NULL;
         cudaError_t e = gemv_seg_launch(SEG_MAX_NT, ps, units, x, xq, xd, n_in, nb, false, s);
         if (e != cudaSuccess)
             return e;
@@ -646,7 +649,8 @@ cudaError_t gemv_seg_launch(int nt, const struct mm_parts &ps, int units, const 
     int grid = (units + rounds - 1) / rounds * n_seg;
     float *part = NULL;
     int *tickets = NULL;
-    e = seg_workspace(s, (size_t)units * n_seg * nt * 32, &part, &tickets);
+    /* the partials, then (add_rmsnorm) a segment sum per block */
+    e = seg_workspace(s, (size_t)units * n_seg * nt * 32 + grid, &part, &tickets);
     if (e != cudaSuccess)
         return e;
     if (xs && pro.kind == CUDA_MM_PRO_ADD_RMSNORM && cv)

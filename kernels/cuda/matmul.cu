@@ -177,7 +177,8 @@ static __global__ void __launch_bounds__(NT <= 2 ? 512 : 256, NT <= 2 ? MM_GEMV_
     if (t_own < NT) {
         int row = g * 32 + lane;
         if (row < ps.p[pi].n_out)
-            ps.p[pi].y[(size_t)t_own * ps.p[pi].n_out + row] = __fadd_rn(tot, acc);
+            ps.p[pi].y[(size_t)t_own * ps.p[pi].n_out + row] =
+                mm_out(ps, t_own, __fadd_rn(tot, acc));
     }
 }
 
@@ -192,8 +193,8 @@ __device__ __forceinline__ float load_f<__half>(const __half *p) { return __half
 
 /* A warp per row (8 per block); fixed-order sum, the same for every n_tokens. */
 template <typename T>
-static __global__ void gemv_f_kernel(float *y, const T *w, const float *x, int n_in, int n_out,
-                                     int n_tokens)
+static __global__ void gemv_f_kernel(float *y, const T *w, const float *x, const float *rs,
+                                     int n_in, int n_out, int n_tokens)
 {
     cuda_pdl_enter();   /* launch.cuh: before any read or write */
     int row = blockIdx.x * 8 + (threadIdx.x >> 5), lane = threadIdx.x & 31;
@@ -207,7 +208,7 @@ static __global__ void gemv_f_kernel(float *y, const T *w, const float *x, int n
             s = __fmaf_rn(load_f(wr + k), xt[k], s);
         s = warp_sum(s);
         if (lane == 0)
-            y[(size_t)t * n_out + row] = s;
+            y[(size_t)t * n_out + row] = rs ? __fmul_rn(s, rs[t]) : s;
     }
 }
 
@@ -302,8 +303,8 @@ static bool gemv_plan(const struct mm_arch_tiles *tiles, int nt, int n_in, int *
  * first unless every launch quantizes it in shared memory, or x_ready: the
  * GEMM (only) on the Q8_1 a prologue already left in scratch (x unused). */
 static int matmul_q8(int n, float *const *ys, const struct cs_weight *const *ws, const float *x,
-                     int n_tokens, void *scratch, size_t scratch_bytes, cudaStream_t s,
-                     enum cuda_mm_kernel kernel, bool x_ready = false)
+                     const float *rs, int n_tokens, void *scratch, size_t scratch_bytes,
+                     cudaStream_t s, enum cuda_mm_kernel kernel, bool x_ready = false)
 {
     const struct mm_arch_tiles *tiles = mm_arch_tiles_for(device_cc());
     int n_in = (int)ws[0]->n_in, nb = n_in / 32;
@@ -342,6 +343,7 @@ static int matmul_q8(int n, float *const *ys, const struct cs_weight *const *ws,
     }
     struct mm_parts ps;
     ps.n = n;
+    ps.rs = rs;
     int units = 0;
     for (int i = 0; i < n; i++) {
         int groups = (int)((ws[i]->n_out + 31) / 32);
@@ -362,6 +364,7 @@ static int matmul_q8(int n, float *const *ys, const struct cs_weight *const *ws,
         struct mm_parts pt = ps;
         for (int i = 0; i < n; i++)
             pt.p[i].y = ys[i] + (size_t)t0 * ws[i]->n_out;
+        pt.rs = rs ? rs + t0 : NULL;
         const float *xt = x + (size_t)t0 * n_in;
         if (seg && (nt == 1 || kernel == CUDA_MM_GEMV_SEG)) {
             cudaError_t e = gemv_seg_launch(nt, pt, units, xt, xq + (size_t)t0 * n_in,
@@ -385,16 +388,17 @@ static int matmul_q8(int n, float *const *ys, const struct cs_weight *const *ws,
     return CS_OK;
 }
 
-static int matmul_f(float *y, const struct cs_weight *w, const float *x, int n_tokens, cudaStream_t s)
+static int matmul_f(float *y, const struct cs_weight *w, const float *x, const float *rs,
+                    int n_tokens, cudaStream_t s)
 {
     unsigned grid = cs_div_up((size_t)w->n_out, 8);
     if (w->type == CS_DTYPE_F16)
         CS_CUDA_CHECK(cuda_launch(gemv_f_kernel<__half>, grid, 256, 0, s, y,
-                                  (const __half *)w->data, x, (int)w->n_in, (int)w->n_out,
+                                  (const __half *)w->data, x, rs, (int)w->n_in, (int)w->n_out,
                                   n_tokens));
     else
         CS_CUDA_CHECK(cuda_launch(gemv_f_kernel<float>, grid, 256, 0, s, y, (const float *)w->data,
-                                  x, (int)w->n_in, (int)w->n_out, n_tokens));
+                                  x, rs, (int)w->n_in, (int)w->n_out, n_tokens));
     return CS_OK;
 }
 
@@ -419,9 +423,11 @@ static int matmul_check(int n, float *const *ys, const struct cs_weight *const *
     return CS_OK;
 }
 
-extern "C" int cuda_matmul_with(int n, float *const *ys, const struct cs_weight *const *ws,
-                                const float *x, int n_tokens, void *scratch, size_t scratch_bytes,
-                                struct CUstream_st *stream, enum cuda_mm_kernel kernel)
+/* cuda_matmul_with, each output times rs[t] (NULL: none). */
+static int matmul_with_rs(int n, float *const *ys, const struct cs_weight *const *ws,
+                          const float *x, const float *rs, int n_tokens, void *scratch,
+                          size_t scratch_bytes, struct CUstream_st *stream,
+                          enum cuda_mm_kernel kernel)
 {
     bool any_q8;
     int rc = matmul_check(n, ys, ws, x, n_tokens, &any_q8);
@@ -435,13 +441,28 @@ extern "C" int cuda_matmul_with(int n, float *const *ys, const struct cs_weight 
         if (ws[i]->type == CS_DTYPE_Q8_0) {
             qys[nq] = ys[i];
             qws[nq++] = ws[i];
-        } else if ((rc = matmul_f(ys[i], ws[i], x, n_tokens, stream)) != CS_OK) {
+        } else if ((rc = matmul_f(ys[i], ws[i], x, rs, n_tokens, stream)) != CS_OK) {
             return rc;
         }
     }
     if (nq > 0)
-        rc = matmul_q8(nq, qys, qws, x, n_tokens, scratch, scratch_bytes, stream, kernel);
+        rc = matmul_q8(nq, qys, qws, x, rs, n_tokens, scratch, scratch_bytes, stream, kernel);
     return rc;
+}
+
+extern "C" int cuda_matmul_with(int n, float *const *ys, const struct cs_weight *const *ws,
+                                const float *x, int n_tokens, void *scratch, size_t scratch_bytes,
+                                struct CUstream_st *stream, enum cuda_mm_kernel kernel)
+{
+    return matmul_with_rs(n, ys, ws, x, NULL, n_tokens, scratch, scratch_bytes, stream, kernel);
+}
+
+extern "C" int cuda_matmul_scaled_with(int n, float *const *ys, const struct cs_weight *const *ws,
+                                       const float *x, const float *scale, int n_tokens,
+                                       void *scratch, size_t scratch_bytes,
+                                       struct CUstream_st *stream, enum cuda_mm_kernel kernel)
+{
+    return matmul_with_rs(n, ys, ws, x, scale, n_tokens, scratch, scratch_bytes, stream, kernel);
 }
 
 /* Do [a, a + an) and [b, b + bn) floats overlap? */
@@ -489,6 +510,7 @@ extern "C" int cuda_matmul_pro_n(int n, float *const *ys, const struct cs_weight
         return CS_EUNSUPPORTED;
     struct mm_parts ps;
     ps.n = n;
+    ps.rs = NULL;   /* ADD_RMSNORM: the kernel forms the row's scale itself */
     int units = 0;
     for (int i = 0; i < n; i++) {
         ps.p[i].q = (const int4 *)ws[i]->data;
@@ -535,7 +557,9 @@ extern "C" int cuda_matmul_pro_tokens(int n, float *const *ys, const struct cs_w
     int rc = cuda_quantize_pro(scratch, x, n_in, n_tokens, pro, stream);
     if (rc != CS_OK)
         return rc;   /* CS_EUNSUPPORTED: nothing launched */
-    return matmul_q8(n, ys, ws, x, n_tokens, scratch, scratch_bytes, (cudaStream_t)stream,
+    const float *rs = pro->kind != CUDA_MM_PRO_ADD_RMSNORM ? NULL
+        : (const float *)((const char *)scratch + cuda_row_scale_offset(n_in, n_tokens));
+    return matmul_q8(n, ys, ws, x, rs, n_tokens, scratch, scratch_bytes, (cudaStream_t)stream,
                      CUDA_MM_GEMM, true);
 }
 
@@ -558,4 +582,12 @@ extern "C" int cuda_matmul(int n, float *const *ys, const struct cs_weight *cons
                            int n_tokens, void *scratch, size_t scratch_bytes, struct CUstream_st *stream)
 {
     return cuda_matmul_with(n, ys, ws, x, n_tokens, scratch, scratch_bytes, stream, CUDA_MM_AUTO);
+}
+
+extern "C" int cuda_matmul_scaled(int n, float *const *ys, const struct cs_weight *const *ws,
+                                  const float *x, const float *scale, int n_tokens, void *scratch,
+                                  size_t scratch_bytes, struct CUstream_st *stream)
+{
+    return matmul_with_rs(n, ys, ws, x, scale, n_tokens, scratch, scratch_bytes, stream,
+                          CUDA_MM_AUTO);
 }

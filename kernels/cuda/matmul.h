@@ -87,6 +87,13 @@ size_t cuda_matmul_scratch_bytes(int64_t n_in, int n_tokens);
 int cuda_matmul(int n, float *const *ys, const struct cs_weight *const *ws, const float *x,
                 int n_tokens, void *scratch, size_t scratch_bytes, struct CUstream_st *stream);
 
+/* cuda_matmul, then ys[i][t] *= scale[t] in the kernels' epilogues (one
+ * rounding; scale: device [n_tokens], NULL: cuda_matmul): ops.h
+ * matmul_scaled, the row norm applied after the dot (kernels/numerics.h). */
+int cuda_matmul_scaled(int n, float *const *ys, const struct cs_weight *const *ws, const float *x,
+                       const float *scale, int n_tokens, void *scratch, size_t scratch_bytes,
+                       struct CUstream_st *stream);
+
 /* Quantize x fp32 [n_tokens][n_in] (n_in % 32 == 0) to Q8_1 in scratch:
  * int8 quants [n_tokens][n_in] at offset 0, then fp32 scales
  * [n_tokens][n_in / 32] at offset cuda_q8_1_scales_offset(n_in, n_tokens).
@@ -94,6 +101,9 @@ int cuda_matmul(int n, float *const *ys, const struct cs_weight *const *ws, cons
 int cuda_quantize_q8_1(void *scratch, const float *x, int64_t n_in, int n_tokens,
                        struct CUstream_st *stream);
 size_t cuda_q8_1_scales_offset(int64_t n_in, int n_tokens);
+/* Where cuda_quantize_pro's ADD_RMSNORM leaves the n_tokens row scales in
+ * scratch (after the Q8_1 scales; cuda_matmul_scratch_bytes counts them). */
+size_t cuda_row_scale_offset(int64_t n_in, int n_tokens);
 
 /* Kernel choice for Q8_0, for benches and tests: CUDA_MM_AUTO picks by shape
  * and n_tokens (all choices give bitwise equal results). */
@@ -115,7 +125,8 @@ enum cuda_mm_pro_kind {
                                     * (attention output) */
     CUDA_MM_PRO_ADD_RMSNORM = 4    /* rmsnorm(x + aux) * norm_w over the whole row (n_in <=
                                     * 8192), x + aux also written to x_out: k_add_rmsnorm
-                                    * (the input projections after a residual add) */
+                                    * then matmul_scaled (the input projections after a
+                                    * residual add; the row's scale applied after the dot) */
 };
 struct cuda_mm_pro {
     int kind;
@@ -169,7 +180,9 @@ int cuda_matmul_pro_tokens(int n, float *const *ys, const struct cs_weight *cons
                            void *scratch, size_t scratch_bytes, struct CUstream_st *stream);
 
 /* pro(x) over n_tokens tokens quantized to Q8_1 into scratch (the layout of
- * cuda_quantize_q8_1); the ADD_RMSNORM sum also written to x_out. The
+ * cuda_quantize_q8_1); the ADD_RMSNORM sum also written to x_out, its
+ * (x + aux) * norm_w quantized and the rows' scales left in scratch at
+ * cuda_row_scale_offset (cuda_matmul_pro_tokens applies them). The
  * checks and CS_EUNSUPPORTED cases of cuda_matmul_pro_tokens (quantize_pro.cu). */
 int cuda_quantize_pro(void *scratch, const float *x, int64_t n_in, int n_tokens,
                       const struct cuda_mm_pro *pro, struct CUstream_st *stream);
@@ -185,6 +198,11 @@ int cuda_silu_mul(float *out, const float *g, const float *u, size_t n, struct C
 int cuda_matmul_with(int n, float *const *ys, const struct cs_weight *const *ws, const float *x,
                      int n_tokens, void *scratch, size_t scratch_bytes, struct CUstream_st *stream,
                      enum cuda_mm_kernel kernel);
+/* cuda_matmul_scaled with the Q8_0 kernel forced. */
+int cuda_matmul_scaled_with(int n, float *const *ys, const struct cs_weight *const *ws,
+                            const float *x, const float *scale, int n_tokens, void *scratch,
+                            size_t scratch_bytes, struct CUstream_st *stream,
+                            enum cuda_mm_kernel kernel);
 
 #ifdef __cplusplus
 }

@@ -23,7 +23,15 @@ struct mm_part {
 struct mm_parts {
     struct mm_part p[CUDA_MATMUL_MAX_WEIGHTS];
     int n;
+    const float *rs;      /* [n_tokens] or NULL: each output times rs[t] (ops.h matmul_scaled;
+                           * the norm applied after the dot, kernels/numerics.h) */
 };
+
+/* An output value as stored: v, or v * rs[t] (one rounding). */
+static __device__ __forceinline__ float mm_out(const struct mm_parts &ps, int t, float v)
+{
+    return ps.rs ? __fmul_rn(v, ps.rs[t]) : v;
+}
 
 static __device__ __forceinline__ int mm_part_find(const struct mm_parts &ps, int unit)
 {

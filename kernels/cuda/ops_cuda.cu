@@ -587,6 +587,7 @@ static void table_fill(struct cs_backend *be)
     be->embed = cuda_op_embed;
     be->rmsnorm = cuda_op_rmsnorm;
     be->matmul = cuda_op_matmul;
+    be->matmul_scaled = cuda_op_matmul_scaled;
     be->add = cuda_op_add;
     be->add_rmsnorm = cuda_op_add_rmsnorm;
     be->silu_mul = cuda_op_silu_mul;

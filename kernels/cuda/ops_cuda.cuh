@@ -143,15 +143,15 @@ int cuda_batch_check(struct cuda_ctx *c, const struct cs_batch *b, const char *o
 /* ---- op entry points (kernels/ops.h semantics) ---- */
 int cuda_op_embed(struct cs_backend *be, float *out, const struct cs_weight *table,
                   const struct cs_batch *b);
-int cuda_op_rmsnorm(struct cs_backend *be, float *out, const float *x, const float *w, int n_tokens,
-                    int dim, float eps);
+int cuda_op_rmsnorm(struct cs_backend *be, float *out, float *scale, const float *x,
+                    const float *w, int n_tokens, int dim, float eps);
 int cuda_op_add(struct cs_backend *be, float *x, const float *y, size_t n);
-int cuda_op_add_rmsnorm(struct cs_backend *be, float *x, const float *y, float *out,
+int cuda_op_add_rmsnorm(struct cs_backend *be, float *x, const float *y, float *out, float *scale,
                         const float *w, int n_tokens, int dim, float eps);
 /* add_rmsnorm with the sum written to x_out (== x: in place, as the op;
  * else x is only read): one launch, the same values. */
 int cuda_add_rmsnorm_to(struct cs_backend *be, float *x_out, const float *x, const float *y,
-                        float *out, const float *w, int n_tokens, int dim, float eps);
+                        float *out, float *scale, const float *w, int n_tokens, int dim, float eps);
 int cuda_op_silu_mul(struct cs_backend *be, float *out, const float *g, const float *u, size_t n);
 int cuda_op_head_norm_rope(struct cs_backend *be, float *x, int token_stride, int head_stride,
                            int n_heads, int head_dim, const float *norm_w, int rope_dims,
@@ -185,6 +185,9 @@ int cuda_op_weight_upload(struct cs_backend *be, struct cs_weight *w, uint32_t t
 void cuda_op_weight_free(struct cs_backend *be, struct cs_weight *w);
 int cuda_op_matmul(struct cs_backend *be, int n, float *const *ys,
                    const struct cs_weight *const *ws, const float *x, int n_tokens);
+int cuda_op_matmul_scaled(struct cs_backend *be, int n, float *const *ys,
+                          const struct cs_weight *const *ws, const float *x, const float *scale,
+                          int n_tokens);
 int cuda_op_matmul_swiglu(struct cs_backend *be, float *y, const struct cs_weight *w, float *g,
                           const float *u, int n_tokens);
 int cuda_op_matmul_gated_rmsnorm(struct cs_backend *be, float *y, const struct cs_weight *w,
@@ -195,8 +198,8 @@ int cuda_op_matmul_sigmoid_gate(struct cs_backend *be, float *y, const struct cs
                                 int gate_head_stride, int n_heads, int head_dim, int n_tokens);
 int cuda_op_matmul_add_rmsnorm(struct cs_backend *be, int n, float *const *ys,
                                const struct cs_weight *const *ws, float *x_out, const float *x,
-                               const float *y, const float *norm_w, float *normed, int n_tokens,
-                               int dim, float eps);
+                               const float *y, const float *norm_w, float *normed,
+                               float *norm_scale, int n_tokens, int dim, float eps);
 int cuda_op_ffn_add_rmsnorm(struct cs_backend *be, float *out, const struct cs_weight *gate,
                             const struct cs_weight *up, const struct cs_weight *down, float *x_out,
                             const float *x, const float *y, const float *norm_w, int n_tokens,

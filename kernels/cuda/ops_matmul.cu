@@ -26,8 +26,9 @@ void cuda_op_weight_free(struct cs_backend *be, struct cs_weight *w)
     cuda_weight_free(w);
 }
 
-int cuda_op_matmul(struct cs_backend *be, int n, float *const *ys,
-                   const struct cs_weight *const *ws, const float *x, int n_tokens)
+int cuda_op_matmul_scaled(struct cs_backend *be, int n, float *const *ys,
+                          const struct cs_weight *const *ws, const float *x, const float *scale,
+                          int n_tokens)
 {
     struct cuda_ctx *c = cuda_ctx_of(be);
     if (n <= 0 || n_tokens <= 0)
@@ -36,7 +37,14 @@ int cuda_op_matmul(struct cs_backend *be, int n, float *const *ys,
     int rc = cuda_buffer_reserve(&c->mm_scratch, &c->mm_scratch_cap, need);
     if (rc != CS_OK)
         return rc;
-    return cuda_matmul(n, ys, ws, x, n_tokens, c->mm_scratch, c->mm_scratch_cap, c->stream);
+    return cuda_matmul_scaled(n, ys, ws, x, scale, n_tokens, c->mm_scratch, c->mm_scratch_cap,
+                              c->stream);
+}
+
+int cuda_op_matmul(struct cs_backend *be, int n, float *const *ys,
+                   const struct cs_weight *const *ws, const float *x, int n_tokens)
+{
+    return cuda_op_matmul_scaled(be, n, ys, ws, x, NULL, n_tokens);
 }
 
 /* y = w x for one weight: what the fused ops below fall back to after
@@ -117,13 +125,15 @@ int cuda_op_matmul_sigmoid_gate(struct cs_backend *be, float *y, const struct cs
 }
 
 /* One decode token: the add and the norm in the GEMV's prologue (each
- * block recomputes the row's norm; blocks of the first row group store the
- * sum). A prompt: the add and the norm in the quantization before the GEMM.
- * Else, or where neither applies, the two launches. */
+ * block quantizes its segment of (x + y) * w and sums its squares; the sums
+ * meet with the partial dots; blocks of the first row group store the sum).
+ * A prompt: the add and the norm in the quantization before the GEMM, the
+ * scale applied in its epilogue. Else, or where neither applies, the two
+ * launches. */
 int cuda_op_matmul_add_rmsnorm(struct cs_backend *be, int n, float *const *ys,
                                const struct cs_weight *const *ws, float *x_out, const float *x,
-                               const float *y, const float *norm_w, float *normed, int n_tokens,
-                               int dim, float eps)
+                               const float *y, const float *norm_w, float *normed,
+                               float *norm_scale, int n_tokens, int dim, float eps)
 {
     if (n_tokens <= 0)
         return CS_OK;
@@ -133,8 +143,8 @@ int cuda_op_matmul_add_rmsnorm(struct cs_backend *be, int n, float *const *ys,
     int rc = cu_matmul_pro(be, n, ys, ws, x, n_tokens, &pro);
     if (rc != CS_EUNSUPPORTED)
         return rc;
-    rc = cuda_add_rmsnorm_to(be, x_out, x, y, normed, norm_w, n_tokens, dim, eps);
-    return rc ? rc : cuda_op_matmul(be, n, ys, ws, normed, n_tokens);
+    rc = cuda_add_rmsnorm_to(be, x_out, x, y, normed, norm_scale, norm_w, n_tokens, dim, eps);
+    return rc ? rc : cuda_op_matmul_scaled(be, n, ys, ws, normed, norm_scale, n_tokens);
 }
 
 /* One decode token (the step's only sequence): the conv of GDN's first

@@ -36,9 +36,16 @@ extern "C" size_t cuda_q8_1_scales_offset(int64_t n_in, int n_tokens)
     return (q + 255) & ~(size_t)255;
 }
 
+extern "C" size_t cuda_row_scale_offset(int64_t n_in, int n_tokens)
+{
+    size_t end = cuda_q8_1_scales_offset(n_in, n_tokens) +
+                 (size_t)(n_in / 32) * n_tokens * sizeof(float);
+    return (end + 255) & ~(size_t)255;
+}
+
 extern "C" size_t cuda_matmul_scratch_bytes(int64_t n_in, int n_tokens)
 {
-    return cuda_q8_1_scales_offset(n_in, n_tokens) + (size_t)(n_in / 32) * n_tokens * sizeof(float);
+    return cuda_row_scale_offset(n_in, n_tokens) + (size_t)n_tokens * sizeof(float);
 }
 
 extern "C" int cuda_quantize_q8_1(void *scratch, const float *x, int64_t n_in, int n_tokens,

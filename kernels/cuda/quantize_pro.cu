@@ -2,7 +2,9 @@
  * result in one pass over a prompt's activations (cuda_matmul_pro_tokens):
  * silu(g) * u before the FFN down projection, the gated RMSNorm before the
  * GDN output projection, the sigmoid gate before the attention output
- * projection, the residual add and RMSNorm before the input projections.
+ * projection, the residual add and RMSNorm before the input projections
+ * (its row scales left after the Q8_1 for the GEMM's epilogue:
+ * kernels/numerics.h).
  * Separately, the op writes fp32 and cuda_quantize_q8_1 reads it back: at
  * 2K tokens of the 9B model the ops and the quantizations were ~3.5% of the
  * prompt's kernel time (ncu, H200). Each value is computed by the op's own
@@ -74,43 +76,58 @@ static __global__ void __launch_bounds__(QP_WARPS * 32)
 }
 
 /* The residual add and RMSNorm (k_add_rmsnorm's arithmetic, rms_row.cuh):
- * one block of NORM_THREADS per token, thread tid holding values tid + e
- * NORM_THREADS, so warp w holds quant block w + 32 e of the row. */
+ * one block of NORM_THREADS per token, thread tid holding values
+ * rms_index(e), so a warp's 32 lanes hold whole quant blocks. What is
+ * quantized is (x + aux) * w; the row's scale goes to rs[token], for the
+ * GEMM's epilogue (kernels/numerics.h). */
 static __global__ void __launch_bounds__(NORM_THREADS)
-    k_quant_add_rmsnorm(int8_t *xq, float *xd, const float *x, struct cuda_mm_pro pro, int dim)
+    k_quant_add_rmsnorm(int8_t *xq, float *xd, float *rs, const float *x, struct cuda_mm_pro pro,
+                        int dim)
 {
-    __shared__ float scratch[32];
-    int tid = threadIdx.x, lane = tid & 31;
+    __shared__ float sp[NORM_SPANS];
+    int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     float v[NORM_NPT], wv[NORM_NPT];
 #pragma unroll
     for (int e = 0; e < NORM_NPT; e++) {
-        int i = tid + e * NORM_THREADS;
+        int i = rms_index(e);
         wv[e] = i < dim ? __ldg(pro.norm_w + i) : 0.0f;
     }
     cuda_pdl_enter();
     size_t row = (size_t)blockIdx.x * dim;
 #pragma unroll
     for (int e = 0; e < NORM_NPT; e++) {
-        int i = tid + e * NORM_THREADS;
+        int i = rms_index(e);
         v[e] = i < dim ? rms_add(x[row + i], pro.aux[row + i]) : 0.0f;
     }
 #pragma unroll
     for (int e = 0; e < NORM_NPT; e++) {
-        int i = tid + e * NORM_THREADS;
+        int i = rms_index(e);
         if (i < dim)
             pro.x_out[row + i] = v[e];
     }
-    float scale = rms_scale(block_sum(rms_sumsq(v), scratch), dim, pro.eps);
+#pragma unroll
+    for (int h = 0; h < NORM_NPT / 4; h++) {
+        float q[4] = {v[4 * h], v[4 * h + 1], v[4 * h + 2], v[4 * h + 3]};
+        float s = rms_span_sum(q);
+        if (lane == 0)
+            sp[warp + 32 * h] = s;
+    }
 #pragma unroll
     for (int e = 0; e < NORM_NPT; e++) {
-        int i = tid + e * NORM_THREADS;   /* dim % 32 == 0: a warp is all in or all out */
+        int i = rms_index(e);   /* dim % 32 == 0: a warp is all in or all out */
         if (i >= dim)
-            break;
+            continue;
         float d;
-        int q = cuda_q8_1_quantize_lane(rms_apply(v[e], scale, wv[e]), &d);
+        int q = cuda_q8_1_quantize_lane(rms_apply_w(v[e], wv[e]), &d);
         xq[row + i] = (int8_t)q;
         if (lane == 0)
             xd[(row + i) >> 5] = d;
+    }
+    __syncthreads();
+    if (warp == 0) {
+        float ss = rms_row_sum_from_spans(sp, (dim + CS_NORM_SPAN - 1) / CS_NORM_SPAN, lane);
+        if (lane == 0)
+            rs[blockIdx.x] = rms_scale(ss, dim, pro.eps);
     }
 }
 
@@ -147,7 +164,8 @@ extern "C" int cuda_quantize_pro(void *scratch, const float *x, int64_t n_in, in
         if (n_in > NORM_THREADS * NORM_NPT || !pro->norm_w || !pro->x_out)
             return CS_EUNSUPPORTED;
         CS_CUDA_CHECK(cuda_launch(k_quant_add_rmsnorm, (unsigned)n_tokens, NORM_THREADS, 0, s, xq,
-                                  xd, x, *pro, (int)n_in));
+                                  xd, (float *)((char *)scratch + cuda_row_scale_offset(n_in, n_tokens)),
+                                  x, *pro, (int)n_in));
         return CS_OK;
     default:
         return CS_EUNSUPPORTED;

@@ -1,24 +1,37 @@
-/* rms_row.cuh - the arithmetic of one RMSNorm row as k_rmsnorm and
- * k_add_rmsnorm (norm.cu) run it, shared with the segmented GEMV's
- * add_rmsnorm prologue (gemv_seg.cu), which recomputes the same row in every
- * block and must agree bit for bit.
+/* rms_row.cuh - the sum of squares of a token row's RMSNorm in kernels/
+ * numerics.h's span order, shared by every kernel that forms it: the norm
+ * ops (norm.cu), the prompt's quantization prologue (quantize_pro.cu), the
+ * one-token GEMV's add_rmsnorm prologue (gemv_seg.cu, seg_addnorm.cuh) and
+ * the fused FFN (ffn_ring.cu), so all give the CPU backend's bits
+ * (kernels/cpu/cpu.h cpu_row_sumsq).
  *
- * Virtual thread tid of NORM_THREADS holds v[e] = row[tid + e * NORM_THREADS]
- * (0 past dim); its partial is the sum of v[e]^2 in e order; the partials are
- * reduced by warp_sum over 32 threads, then warp_sum over the 32 warp sums
- * (block_sum of cuda_util.cuh with 1024 threads).
- * Each step is pinned to one instruction (the build runs --use_fast_math, so
- * a plain expression would leave contraction and approximation to the
- * compiler's context): FADD, an FFMA chain, then scale = xm_rms_scale
- * (kernels/exact_math.h: correctly rounded 1/dim, FFMA, sqrt and division,
- * the CPU backend's bits), and out = (v * scale) * w as two FMULs. */
+ * A span is 128 values, lane l of a warp holding values l + 32 u (u < 4):
+ * its sum is the lane's FFMA chain then warp_sum. A segment (1,024 values)
+ * adds its 8 span sums left to right, the row its segment sums. The norm is
+ * applied after the projection (numerics.h): what is quantized is u = v * w
+ * (rms_apply_w), and the projection's output is multiplied by rms_scale(ss).
+ * Each step is pinned to one instruction (the build runs --use_fast_math,
+ * so a plain expression would leave contraction and approximation to the
+ * compiler's context). */
 #ifndef CS_CUDA_RMS_ROW_CUH
 #define CS_CUDA_RMS_ROW_CUH
 
+#include "../numerics.h"
 #include "cuda_util.cuh"
 
 #define NORM_THREADS 1024
 #define NORM_NPT 8   /* values per thread held in registers: dim <= 8192 */
+#define NORM_SPANS (NORM_THREADS * NORM_NPT / CS_NORM_SPAN)   /* 64 spans in registers */
+
+/* The row of a block of NORM_THREADS (dim <= NORM_THREADS * NORM_NPT):
+ * thread (warp W, lane l) holds, for e = 4 h + u, value (W + 32 h) * 128 +
+ * 32 u + l, so that its 4 values of h are its lane's share of span W + 32 h
+ * (and warp W quantizes blocks 4 W + u and 128 + 4 W + u). */
+static __device__ __forceinline__ int rms_index(int e)
+{
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    return (warp + 32 * (e >> 2)) * CS_NORM_SPAN + 32 * (e & 3) + lane;
+}
 
 /* x + y of the residual add */
 static __device__ __forceinline__ float rms_add(float x, float y)
@@ -26,14 +39,44 @@ static __device__ __forceinline__ float rms_add(float x, float y)
     return __fadd_rn(x, y);
 }
 
-/* One virtual thread's partial sum of squares. */
-static __device__ __forceinline__ float rms_sumsq(const float (&v)[NORM_NPT])
+/* A span's sum of squares: this lane's 4 values (l + 32 u; 0 past the row)
+ * as an FFMA chain, then the xor tree. A warp-collective call. */
+static __device__ __forceinline__ float rms_span_sum(const float (&v)[4])
 {
-    float ss = 0.0f;
+    float p = 0.0f;
 #pragma unroll
-    for (int e = 0; e < NORM_NPT; e++)
-        ss = __fmaf_rn(v[e], v[e], ss);
-    return ss;
+    for (int u = 0; u < 4; u++)
+        p = __fmaf_rn(v[u], v[u], p);
+    return warp_sum(p);
+}
+
+/* A segment's sum from its span sums sp[0..n) (n <= CS_NORM_SEG_SPANS; the
+ * spans past the row, whose sums are +0, may be left out). */
+static __device__ __forceinline__ float rms_seg_sum(const float *sp, int n)
+{
+    float s = 0.0f;
+    for (int j = 0; j < n; j++)
+        s = __fadd_rn(s, sp[j]);
+    return s;
+}
+
+/* total + the sums of the segments whose n_spans span sums are in sp[]
+ * (shared memory; whole segments but the last), added left to right, by
+ * one warp (every lane returns it): lane k forms segment k's sum, then the
+ * segment sums go through shuffles. total = 0 for a whole row. */
+static __device__ __forceinline__ float rms_row_sum_from_spans(const float *sp, int n_spans,
+                                                               int lane, float total = 0.0f)
+{
+    int n_seg = (n_spans + CS_NORM_SEG_SPANS - 1) / CS_NORM_SEG_SPANS;
+    for (int s0 = 0; s0 < n_seg; s0 += 32) {
+        int sg = s0 + lane, first = sg * CS_NORM_SEG_SPANS;
+        int n = n_spans - first < CS_NORM_SEG_SPANS ? n_spans - first : CS_NORM_SEG_SPANS;
+        float seg = sg < n_seg ? rms_seg_sum(sp + first, n) : 0.0f;
+        int m = n_seg - s0 < 32 ? n_seg - s0 : 32;
+        for (int k = 0; k < m; k++)
+            total = __fadd_rn(total, __shfl_sync(CS_FULL_MASK, seg, k));
+    }
+    return total;
 }
 
 /* 1 / sqrt(ss / dim + eps) from the row's total ss. */
@@ -42,9 +85,10 @@ static __device__ __forceinline__ float rms_scale(float ss, int dim, float eps)
     return xm_rms_scale(ss, dim, eps);
 }
 
-static __device__ __forceinline__ float rms_apply(float v, float scale, float w)
+/* What the projection quantizes: v * w, one rounding. */
+static __device__ __forceinline__ float rms_apply_w(float v, float w)
 {
-    return __fmul_rn(__fmul_rn(v, scale), w);
+    return __fmul_rn(v, w);
 }
 
 #endif

@@ -87,7 +87,7 @@ static double run(struct layer *ls, int mode, int E, float *x, float *xo, float 
             } else {
                 float *ys[2] = {g, u};
                 const struct cs_weight *ws[2] = {&ls[l].g, &ls[l].u};
-                CHECK(gpu->matmul_add_rmsnorm(gpu, 2, ys, ws, xo, x, y, w, normed, 1, E, 1e-6f) ==
+                CHECK(gpu->matmul_add_rmsnorm(gpu, 2, ys, ws, xo, x, y, w, normed, normed + E, 1, E, 1e-6f) ==
                       0);
                 CHECK(gpu->matmul_swiglu(gpu, y, &ls[l].d, g, u, 1) == 0);
             }
@@ -126,7 +126,7 @@ int main(int argc, char **argv)
     free(hd);
     float *hx = randv((size_t)E, 1.0f);
     float *x = dev_new((size_t)E * 4), *xo = dev_new((size_t)E * 4), *y = dev_new((size_t)E * 4);
-    float *w = dev_new((size_t)E * 4), *normed = dev_new((size_t)E * 4);
+    float *w = dev_new((size_t)E * 4), *normed = dev_new((size_t)(E + 1) * 4);   /* + the norm scale */
     float *g = dev_new((size_t)F * 4), *u = dev_new((size_t)F * 4);
     CHECK(gpu->upload(gpu, x, hx, (size_t)E * 4) == 0);
     CHECK(gpu->upload(gpu, y, hx, (size_t)E * 4) == 0);

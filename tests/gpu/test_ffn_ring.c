@@ -82,6 +82,7 @@ static void check_ffn(const char *tag, int E, int64_t F, int calls)
     float *x = dev_new(NULL, e4), *x0 = dev_new(NULL, e4), *w = dev_new(NULL, e4);
     float *y1 = dev_new(NULL, e4), *y2 = dev_new(NULL, e4);   /* y in, the FFN's output out */
     float *xo1 = dev_new(NULL, e4), *xo2 = dev_new(NULL, e4), *normed = dev_new(NULL, e4);
+    float *nsc = dev_new(NULL, 4);   /* the norm's scale (scratch of the fallback) */
     float *g = dev_new(NULL, f4), *u = dev_new(NULL, f4);
     dev_put_rand(w, (size_t)E, 1.5f);
     double d_out = 0, d_x = 0, d_in = 0;
@@ -96,7 +97,7 @@ static void check_ffn(const char *tag, int E, int64_t F, int calls)
         CHECK(rc == 0 || rc == CS_EUNSUPPORTED);
         taken += rc == 0;
         float *ys[2] = {g, u};
-        CHECK(gpu->matmul_add_rmsnorm(gpu, 2, ys, gu, xo2, x, y2, w, normed, 1, E, 1e-6f) == 0);
+        CHECK(gpu->matmul_add_rmsnorm(gpu, 2, ys, gu, xo2, x, y2, w, normed, nsc, 1, E, 1e-6f) == 0);
         CHECK(gpu->matmul_swiglu(gpu, y2, &wd, g, u, 1) == 0);
         CHECK(gpu->sync(gpu) == 0);
         d_out += dev_differ(y1, y2, (size_t)E);
@@ -111,7 +112,7 @@ static void check_ffn(const char *tag, int E, int64_t F, int calls)
     report(name, d_x, 0);
     snprintf(name, sizeof name, "ffn_ring x unchanged %s", tag);
     report(name, d_in, 0);
-    float *bufs[] = {x, x0, w, y1, y2, xo1, xo2, normed, g, u};
+    float *bufs[] = {x, x0, w, y1, y2, xo1, xo2, normed, nsc, g, u};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         gpu->free(gpu, bufs[i]);
     gpu->weight_free(gpu, &wg);
@@ -136,6 +137,7 @@ static void check_proj_ffn(const char *tag, int E, int64_t F, int H, int D, int 
     float *x = dev_new(NULL, e4), *x0 = dev_new(NULL, e4), *w = dev_new(NULL, e4);
     float *out1 = dev_new(NULL, e4), *out2 = dev_new(NULL, e4);
     float *xo1 = dev_new(NULL, e4), *xo2 = dev_new(NULL, e4), *normed = dev_new(NULL, e4);
+    float *nsc = dev_new(NULL, 4);   /* the norm's scale (scratch of the fallback) */
     float *a1 = dev_new(NULL, n4), *a2 = dev_new(NULL, n4);
     float *aux = dev_new(NULL, 2 * n4), *nw = dev_new(NULL, (size_t)D * 4);
     float *g = dev_new(NULL, f4), *u = dev_new(NULL, f4);
@@ -176,7 +178,7 @@ static void check_proj_ffn(const char *tag, int E, int64_t F, int H, int D, int 
             CHECK(gpu->matmul_sigmoid_gate(gpu, out2, &wo, a2, p.aux, p.aux_token_stride,
                                            p.aux_head_stride, H, D, 1) == 0);
         float *ys[2] = {g, u};
-        CHECK(gpu->matmul_add_rmsnorm(gpu, 2, ys, gu, xo2, x, out2, w, normed, 1, E, 1e-6f) == 0);
+        CHECK(gpu->matmul_add_rmsnorm(gpu, 2, ys, gu, xo2, x, out2, w, normed, nsc, 1, E, 1e-6f) == 0);
         CHECK(gpu->matmul_swiglu(gpu, out2, &wd, g, u, 1) == 0);
         CHECK(gpu->sync(gpu) == 0);
         d_out += dev_differ(out1, out2, (size_t)E);
@@ -192,7 +194,7 @@ static void check_proj_ffn(const char *tag, int E, int64_t F, int H, int D, int 
     report(name, d_x, 0);
     snprintf(name, sizeof name, "proj_ffn x unchanged %s %s", k, tag);
     report(name, d_in, 0);
-    float *bufs[] = {x, x0, w, out1, out2, xo1, xo2, normed, a1, a2, aux, nw, g, u};
+    float *bufs[] = {x, x0, w, out1, out2, xo1, xo2, normed, nsc, a1, a2, aux, nw, g, u};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         gpu->free(gpu, bufs[i]);
     struct cs_weight *ws[] = {&wo, &wg, &wu, &wd};

@@ -1,14 +1,17 @@
 /* test_fused_norm.c - proves the CUDA backend's matmul_add_rmsnorm (the
  * residual add and RMSNorm in the prologue of the segmented GEMV that reads
- * the norm, kernels/ops.h) bitwise equal to add_rmsnorm then matmul on the
- * same backend: the projections ys and the sum x_out, at the real shapes of
+ * the norm, kernels/ops.h) bitwise equal to add_rmsnorm then matmul_scaled on
+ * the same backend, and where the CPU takes seconds at most to the CPU int8
+ * path (kernels/numerics.h's norm after the dot: the segments' sums of
+ * squares meeting with their partial dots): the projections ys and the sum
+ * x_out, at the real shapes of
  * the projections that follow a norm in a decode step (GDN's 4 input
  * projections, attention's q/k/v, FFN gate/up, the LM head) for the 9B
  * (E 4096), 27B (E 5120) and 0.8B (E 1024, where the GEMV has one segment
  * and the op falls back) models; also a few tokens (the fallback), 40 and
  * 300 tokens (the add and norm fused into the quantization before the GEMM,
  * quantize_pro.cu; its x_out too), rows of 2,048, 2,560 and 8,192 (on
- * sm_90 the row sums split over clusters of 2, 3 and 8 blocks where such
+ * sm_90 the segment sums meet in clusters of 2, 3 and 8 blocks where such
  * clusters fit, gemv_seg.cu), a row longer than 8192 (the looping norm
  * kernel), a second call (the GEMV's
  * tickets reset), and that x and y are only read. Also matmul_add_rmsnorm_conv1d
@@ -60,21 +63,65 @@ static double dev_differ(const void *a, const void *b, size_t n)
     return (double)d;
 }
 
+static struct cs_backend *cpu8;   /* the CPU backend's int8 path: the GPU's bits */
+
+/* The CPU int8 backend's add_rmsnorm then matmul_scaled on the same inputs
+ * (host rows hq[i] of the weights, x, y, w downloaded from the GPU): the
+ * floats of ys that differ from the GPU's y1. */
+static double cpu8_differ(int E, int n, const int64_t *outs, int T, uint8_t *const *hq,
+                          const float *hx, const float *y, const float *w, float *const *y1)
+{
+    size_t nx = (size_t)T * (size_t)E;
+    float *xc = malloc(nx * 4), *yc = malloc(nx * 4), *wc = malloc((size_t)E * 4);
+    float *normed = malloc(nx * 4), *sc = malloc((size_t)T * 4);
+    memcpy(xc, hx, nx * 4);
+    CHECK(gpu->download(gpu, yc, y, nx * 4) == 0);
+    CHECK(gpu->download(gpu, wc, w, (size_t)E * 4) == 0);
+    struct cs_weight cw[8];
+    const struct cs_weight *cws[8];
+    float *ys[8];
+    double d = 0;
+    CHECK(cpu8->add_rmsnorm(cpu8, xc, yc, normed, sc, wc, T, E, 1e-6f) == 0);
+    for (int i = 0; i < n; i++) {
+        memset(&cw[i], 0, sizeof cw[i]);
+        CHECK(cpu8->weight_upload(cpu8, &cw[i], CS_DTYPE_Q8_0, E, outs[i], hq[i]) == 0);
+        cws[i] = &cw[i];
+        ys[i] = malloc((size_t)T * (size_t)outs[i] * 4);
+    }
+    CHECK(cpu8->matmul_scaled(cpu8, n, ys, cws, normed, sc, T) == 0);
+    for (int i = 0; i < n; i++) {
+        size_t m = (size_t)T * (size_t)outs[i];
+        uint32_t *g = malloc(m * 4);
+        CHECK(gpu->download(gpu, g, y1[i], m * 4) == 0);
+        for (size_t k = 0; k < m; k++)
+            d += memcmp(&g[k], &ys[i][k], 4) != 0;
+        free(g);
+        free(ys[i]);
+        cpu8->weight_free(cpu8, &cw[i]);
+    }
+    free(xc), free(yc), free(wc), free(normed), free(sc);
+    return d;
+}
+
 /* n weights of E inputs and outs[i] outputs; T tokens. Fused: x_out = x + y,
- * ys = ws rmsnorm(x_out) w. Separate: xr = x, add_rmsnorm(xr, y, normed),
- * matmul(normed). Both on the GPU; equal bit for bit. */
+ * ys = ws rmsnorm(x_out) w. Separate: xr = x, add_rmsnorm(xr, y, normed,
+ * scale), matmul_scaled(normed, scale). Both on the GPU; equal bit for bit,
+ * and (where the CPU takes seconds at most) equal to the CPU int8 path. */
 static void check_shape(const char *tag, int E, int n, const int64_t *outs, int T)
 {
     char name[96];
     struct cs_weight ws_[8];
     const struct cs_weight *ws[8];
+    uint8_t *hq[8];
     float *y1[8], *y2[8];
     size_t ny[8], nx = (size_t)T * (size_t)E;
+    double macs = 0;
     for (int i = 0; i < n; i++) {
         uint8_t *h = q8_0_rows(E, outs[i]);
         memset(&ws_[i], 0, sizeof ws_[i]);
         CHECK(gpu->weight_upload(gpu, &ws_[i], CS_DTYPE_Q8_0, E, outs[i], h) == 0);
-        free(h);
+        hq[i] = h;
+        macs += (double)T * (double)E * (double)outs[i];
         ws[i] = &ws_[i];
         ny[i] = (size_t)T * (size_t)outs[i];
         y1[i] = dev_new(NULL, ny[i] * 4);
@@ -85,17 +132,22 @@ static void check_shape(const char *tag, int E, int n, const int64_t *outs, int 
     float *y = dev_randv(nx, 2.0f), *y0 = dev_new(NULL, nx * 4), *w = dev_randv(E, 1.5f);
     float *x_out = dev_new(NULL, nx * 4), *normed = dev_new(NULL, nx * 4);
     float *normed2 = dev_new(NULL, nx * 4);
+    float *sc = dev_new(NULL, (size_t)T * 4), *sc2 = dev_new(NULL, (size_t)T * 4);
     CHECK(gpu->copy(gpu, y0, y, nx * 4) == 0);
     float eps = 1e-6f;
-    CHECK(gpu->matmul_add_rmsnorm(gpu, n, y1, ws, x_out, x, y, w, normed, T, E, eps) == 0);
-    CHECK(gpu->add_rmsnorm(gpu, xr, y, normed2, w, T, E, eps) == 0);
-    CHECK(gpu->matmul(gpu, n, y2, ws, normed2, T) == 0);
+    CHECK(gpu->matmul_add_rmsnorm(gpu, n, y1, ws, x_out, x, y, w, normed, sc, T, E, eps) == 0);
+    CHECK(gpu->add_rmsnorm(gpu, xr, y, normed2, sc2, w, T, E, eps) == 0);
+    CHECK(gpu->matmul_scaled(gpu, n, y2, ws, normed2, sc2, T) == 0);
     CHECK(gpu->sync(gpu) == 0);
     double d = 0;
     for (int i = 0; i < n; i++)
         d += dev_differ(y1[i], y2[i], ny[i]);
     snprintf(name, sizeof name, "fused_norm ys %s T=%d", tag, T);
     report(name, d, 0);
+    if (cpu8 && macs <= 2.5e9) {
+        snprintf(name, sizeof name, "fused_norm ys == cpu int8 %s T=%d", tag, T);
+        report(name, cpu8_differ(E, n, outs, T, hq, hx, y, w, y1), 0);
+    }
     snprintf(name, sizeof name, "fused_norm x_out %s T=%d", tag, T);
     report(name, dev_differ(x_out, xr, nx), 0);
     snprintf(name, sizeof name, "fused_norm x, y unchanged %s T=%d", tag, T);
@@ -104,7 +156,7 @@ static void check_shape(const char *tag, int E, int n, const int64_t *outs, int 
     for (int i = 0; i < n; i++)
         CHECK(gpu->zero(gpu, y1[i], ny[i] * 4) == 0);
     CHECK(gpu->zero(gpu, x_out, nx * 4) == 0);
-    CHECK(gpu->matmul_add_rmsnorm(gpu, n, y1, ws, x_out, x, y, w, normed, T, E, eps) == 0);
+    CHECK(gpu->matmul_add_rmsnorm(gpu, n, y1, ws, x_out, x, y, w, normed, sc, T, E, eps) == 0);
     CHECK(gpu->sync(gpu) == 0);
     d = dev_differ(x_out, xr, nx);
     for (int i = 0; i < n; i++)
@@ -115,8 +167,9 @@ static void check_shape(const char *tag, int E, int n, const int64_t *outs, int 
         gpu->free(gpu, y1[i]);
         gpu->free(gpu, y2[i]);
         gpu->weight_free(gpu, &ws_[i]);
+        free(hq[i]);
     }
-    float *bufs[] = {x, xr, x0, y, y0, w, x_out, normed, normed2};
+    float *bufs[] = {x, xr, x0, y, y0, w, x_out, normed, normed2, sc, sc2};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         gpu->free(gpu, bufs[i]);
     free(hx);
@@ -165,7 +218,7 @@ static void check_conv(const char *tag, int E, int Gk, int Hv, int slot)
         CHECK(gpu->step_begin(gpu, &t.b) == 0);
         float *x = dev_randv(E, 4.0f), *y = dev_randv(E, 2.0f);
         float *xo1 = dev_new(NULL, (size_t)E * 4), *xo2 = dev_new(NULL, (size_t)E * 4);
-        float *normed = dev_new(NULL, (size_t)E * 4);
+        float *normed = dev_new(NULL, (size_t)E * 4), *sc = dev_new(NULL, 4);
         for (int i = 0; i < 4; i++) {   /* the same stale contents in both */
             CHECK(gpu->zero(gpu, y1[i], (size_t)outs[i] * 4) == 0);
             CHECK(gpu->zero(gpu, y2[i], (size_t)outs[i] * 4) == 0);
@@ -175,14 +228,14 @@ static void check_conv(const char *tag, int E, int Gk, int Hv, int slot)
         CHECK(rc == 0 || rc == CS_EUNSUPPORTED);
         fused += rc == 0;
         float *yr[4] = {raw, y2[1], y2[2], y2[3]};
-        CHECK(gpu->matmul_add_rmsnorm(gpu, 4, yr, ws, xo2, x, y, w, normed, 1, E, 1e-6f) == 0);
+        CHECK(gpu->matmul_add_rmsnorm(gpu, 4, yr, ws, xo2, x, y, w, normed, sc, 1, E, 1e-6f) == 0);
         CHECK(gpu->conv1d_silu(gpu, y2[0], raw, cw, &g2, &t.b) == 0);
         CHECK(gpu->sync(gpu) == 0);
         for (int i = 0; i < 4; i++)
             d += dev_differ(y1[i], y2[i], (size_t)outs[i]);
         d_x += dev_differ(xo1, xo2, (size_t)E);
         d_state += dev_differ(st1, st2, conv_n);
-        float *bufs[] = {x, y, xo1, xo2, normed};
+        float *bufs[] = {x, y, xo1, xo2, normed, sc};
         for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
             gpu->free(gpu, bufs[i]);
     }
@@ -243,6 +296,9 @@ int main(void)
         gpu_pair_close();
         return test_report();
     }
+    struct cs_backend_cpu_options opt8 = {.n_threads = 0, .int8_matmul = true};
+    if (cs_backend_cpu_create(&cpu8, &opt8) != 0)
+        report("fused_norm: cpu int8 backend", 1, 0);
     check_model("9B", 4096, 16, 32, 16, 4, 12288, 248320);
     check_model("27B", 5120, 16, 48, 24, 4, 17408, 0);
     check_model("0.8B", 1024, 16, 16, 8, 2, 3584, 0);
@@ -260,6 +316,8 @@ int main(void)
      * 2,560) and of 8 (the most a cluster launch takes) blocks */
     check_shape("4B-like 2560", 2560, 2, small, 1);
     check_shape("8 segments 8192", 8192, 2, small, 1);
+    if (cpu8)
+        cpu8->destroy(cpu8);
     gpu_pair_close();
     return test_report();
 }

@@ -1,8 +1,9 @@
 /* test_ops.c - proves the CUDA backend's ops (everything but matmul, which
  * test_matmul covers) compute what the CPU backend computes, on random
  * inputs at the real 9B and 27B shapes (kernels/ops.h semantics):
- * rmsnorm, add, add_rmsnorm (also bitwise equal to the GPU's add then
- * rmsnorm), silu_mul, sigmoid_gate, gated_rmsnorm, head_norm_rope,
+ * rmsnorm and add_rmsnorm (out = x * w and the row's scale, kernels/
+ * numerics.h; add_rmsnorm also bitwise equal to the GPU's add then
+ * rmsnorm), add, silu_mul, sigmoid_gate, gated_rmsnorm, head_norm_rope,
  * kv_store + attention (F16 and F32 pages; decode tokens over several splits
  * mixed with prefill chunks in one batch), conv1d_silu + gdn (a prefill
  * chunk and a decode token in one batch, then a second step on the updated
@@ -39,12 +40,14 @@ static void test_ops_elementwise(int E, int F, const char *tag)
     char name[64];
     int T = 7;
     struct pair x = pair_randv((size_t)T * E, 3.0f), w = pair_randv(E, 1.0f), o = pair_new(NULL, (size_t)T * E * 4);
-    CHECK(cpu->rmsnorm(cpu, o.c, x.c, w.c, T, E, 1e-6f) == 0);
-    CHECK(gpu->rmsnorm(gpu, o.g, x.g, w.g, T, E, 1e-6f) == 0);
+    struct pair sc = pair_new(NULL, (size_t)T * 4);
+    CHECK(cpu->rmsnorm(cpu, o.c, sc.c, x.c, w.c, T, E, 1e-6f) == 0);
+    CHECK(gpu->rmsnorm(gpu, o.g, sc.g, x.g, w.g, T, E, 1e-6f) == 0);
     snprintf(name, sizeof name, "rmsnorm %s", tag);
-    report(name, pair_err(&o, (size_t)T * E), 1e-5);
+    report(name, pair_err(&o, (size_t)T * E) + pair_err(&sc, T), 1e-5);
     snprintf(name, sizeof name, "rmsnorm bits %s", tag);
-    report(name, pair_floats_differ(&o, (size_t)T * E), 0);
+    report(name, pair_floats_differ(&o, (size_t)T * E) + pair_floats_differ(&sc, T), 0);
+    pair_free(&sc);
 
     size_t n = (size_t)T * F;
     struct pair g = pair_randv(n, 6.0f), u = pair_randv(n, 2.0f);
@@ -61,9 +64,10 @@ static void test_ops_elementwise(int E, int F, const char *tag)
     pair_free(&x), pair_free(&w), pair_free(&o), pair_free(&g), pair_free(&u);
 }
 
-/* add_rmsnorm (x += y, out = rmsnorm(x) * w): the CUDA op against the CPU op
- * (x like add, out like rmsnorm), and against the CUDA add then rmsnorm bit
- * for bit (x and out). dim > 8192 takes the looping kernel. */
+/* add_rmsnorm (x += y, out = x * w, scale = the norm's): the CUDA op against
+ * the CPU op (x like add, out and scale like rmsnorm), and against the CUDA
+ * add then rmsnorm bit for bit (x, out and scale). dim > 8192 takes the
+ * looping kernel. */
 static void test_ops_add_rmsnorm(int T, int E, const char *tag)
 {
     char name[64];
@@ -71,20 +75,24 @@ static void test_ops_add_rmsnorm(int T, int E, const char *tag)
     float *hx = randv(n, 3.0f);
     struct pair x = pair_new(hx, n * 4), x2 = pair_new(hx, n * 4), y = pair_randv(n, 2.0f);
     struct pair w = pair_randv(E, 1.0f), o = pair_new(NULL, n * 4), o2 = pair_new(NULL, n * 4);
-    CHECK(cpu->add_rmsnorm(cpu, x.c, y.c, o.c, w.c, T, E, 1e-6f) == 0);
-    CHECK(gpu->add_rmsnorm(gpu, x.g, y.g, o.g, w.g, T, E, 1e-6f) == 0);
+    struct pair sc = pair_new(NULL, (size_t)T * 4), sc2 = pair_new(NULL, (size_t)T * 4);
+    CHECK(cpu->add_rmsnorm(cpu, x.c, y.c, o.c, sc.c, w.c, T, E, 1e-6f) == 0);
+    CHECK(gpu->add_rmsnorm(gpu, x.g, y.g, o.g, sc.g, w.g, T, E, 1e-6f) == 0);
     snprintf(name, sizeof name, "add_rmsnorm x %s", tag);
     report(name, pair_err(&x, n), 1e-5);
-    snprintf(name, sizeof name, "add_rmsnorm out %s", tag);
-    report(name, pair_err(&o, n), 1e-5);
+    snprintf(name, sizeof name, "add_rmsnorm out+scale %s", tag);
+    report(name, pair_err(&o, n) + pair_err(&sc, T), 1e-5);
     snprintf(name, sizeof name, "add_rmsnorm bits %s", tag);
-    report(name, pair_floats_differ(&x, n) + pair_floats_differ(&o, n), 0);
+    report(name, pair_floats_differ(&x, n) + pair_floats_differ(&o, n) +
+                     pair_floats_differ(&sc, T), 0);
     CHECK(gpu->add(gpu, x2.g, y.g, n) == 0);
-    CHECK(gpu->rmsnorm(gpu, o2.g, x2.g, w.g, T, E, 1e-6f) == 0);
+    CHECK(gpu->rmsnorm(gpu, o2.g, sc2.g, x2.g, w.g, T, E, 1e-6f) == 0);
     snprintf(name, sizeof name, "add_rmsnorm == add+rmsnorm %s", tag);
-    report(name, (double)(!pair_same(&x, &x2, n * 4) + !pair_same(&o, &o2, n * 4)), 0);
+    report(name, (double)(!pair_same(&x, &x2, n * 4) + !pair_same(&o, &o2, n * 4) +
+                          !pair_same(&sc, &sc2, (size_t)T * 4)), 0);
     free(hx);
     pair_free(&x), pair_free(&x2), pair_free(&y), pair_free(&w), pair_free(&o), pair_free(&o2);
+    pair_free(&sc), pair_free(&sc2);
 }
 
 static void test_ops_gated_norm(int Hq, int Hv, const char *tag)

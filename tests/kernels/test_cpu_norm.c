@@ -1,9 +1,13 @@
-/* test_cpu_norm.c - proves rmsnorm, gated_rmsnorm, head_norm_rope (partial
+/* test_cpu_norm.c - proves rmsnorm (its out * scale, the norm applied after
+ * the projection: kernels/numerics.h), gated_rmsnorm, head_norm_rope (partial
  * NeoX RoPE, at small and real head sizes), sigmoid_gate, add and silu_mul
- * equal double-precision naive formulas, that rmsnorm and head_norm_rope
- * give bit-identical results for 1, 2 and 3 threads, and that add_rmsnorm is
- * bitwise add then rmsnorm (both outputs, any thread count). */
+ * equal double-precision naive formulas, that rmsnorm's out is x * w bit for
+ * bit and its scale follows numerics.h's span order (against a transcription
+ * here), that rmsnorm and head_norm_rope give bit-identical results for 1, 2
+ * and 3 threads, and that add_rmsnorm is bitwise add then rmsnorm (all three
+ * outputs, any thread count). */
 #include "../../common/status.h"
+#include "../../kernels/exact_math.h"
 #include "kernel_test.h"
 
 static double sigm(double x) { return 1.0 / (1.0 + exp(-x)); }
@@ -18,26 +22,70 @@ static void naive_rmsnorm(double *out, const float *x, const float *w, int n, do
         out[i] = x[i] * sc * w[i];
 }
 
-static void test_rmsnorm_matches_naive(void)
+/* numerics.h's sum of squares of a row, transcribed independently of
+ * kernels/cpu/cpu.h: spans of 128 (lane l: FFMA chain over l + 32 u), the
+ * xor tree over the 32 lanes, 8 spans a segment left to right, then the
+ * segments left to right. */
+static float spec_row_sumsq(const float *x, int n)
+{
+    float total = 0.0f;
+    for (int s0 = 0; s0 < n; s0 += 1024) {
+        float seg = 0.0f;
+        for (int j = 0; j < 8; j++) {
+            float lane[32];
+            for (int l = 0; l < 32; l++) {
+                lane[l] = 0.0f;
+                for (int u = 0; u < 4; u++) {
+                    int i = s0 + 128 * j + 32 * u + l;
+                    float v = i < n ? x[i] : 0.0f;
+                    lane[l] = fmaf(v, v, lane[l]);
+                }
+            }
+            for (int o = 16; o > 0; o >>= 1)
+                for (int l = 0; l < o; l++)
+                    lane[l] = lane[l] + lane[l + o];
+            seg = seg + lane[0];
+        }
+        total = total + seg;
+    }
+    return total;
+}
+
+/* rmsnorm at one row length: out * scale near the naive norm, out == x * w
+ * and scale == xm_rms_scale(spec_row_sumsq) bit for bit, in place equal. */
+static void check_rmsnorm(int n_tok, int dim)
 {
     struct cs_backend *be = kt_backend(2, 0);
-    int n_tok = 5, dim = 100;
     float *x = kt_randv((size_t)n_tok * dim, 3.0f), *w = kt_randv(dim, 1.0f);
-    float *out = calloc((size_t)n_tok * dim, 4);
-    double ref[100];
-    CHECK_EQ_INT(be->rmsnorm(be, out, x, w, n_tok, dim, 1e-6f), CS_OK);
+    float *out = calloc((size_t)n_tok * dim, 4), *scale = calloc(n_tok, 4);
+    float *scale2 = calloc(n_tok, 4);
+    double *ref = malloc(sizeof(double) * dim);
+    CHECK_EQ_INT(be->rmsnorm(be, out, scale, x, w, n_tok, dim, 1e-6f), CS_OK);
     for (int t = 0; t < n_tok; t++) {
-        naive_rmsnorm(ref, x + t * dim, w, dim, 1e-6);
-        for (int i = 0; i < dim; i++)
-            CHECK_NEAR(out[t * dim + i], ref[i], 1e-5);
+        const float *xt = x + (size_t)t * dim;
+        naive_rmsnorm(ref, xt, w, dim, 1e-6);
+        float want = xm_rms_scale(spec_row_sumsq(xt, dim), dim, 1e-6f);
+        CHECK(memcmp(&want, &scale[t], 4) == 0);
+        for (int i = 0; i < dim; i++) {
+            float u = xt[i] * w[i];
+            CHECK(memcmp(&u, &out[(size_t)t * dim + i], 4) == 0);
+            CHECK_NEAR((double)out[(size_t)t * dim + i] * scale[t], ref[i], 1e-5);
+        }
     }
     /* in place */
-    CHECK_EQ_INT(be->rmsnorm(be, x, x, w, n_tok, dim, 1e-6f), CS_OK);
+    CHECK_EQ_INT(be->rmsnorm(be, x, scale2, x, w, n_tok, dim, 1e-6f), CS_OK);
     CHECK(kt_same(x, out, (size_t)n_tok * dim));
-    free(x);
-    free(w);
-    free(out);
+    CHECK(kt_same(scale2, scale, n_tok));
+    free(x), free(w), free(out), free(scale), free(scale2), free(ref);
     be->destroy(be);
+}
+
+static void test_rmsnorm_matches_naive(void)
+{
+    check_rmsnorm(5, 100);    /* one short span-padded segment */
+    check_rmsnorm(3, 4096);   /* 9B: 4 whole segments */
+    check_rmsnorm(2, 2560);   /* 4B: a half segment at the end */
+    check_rmsnorm(2, 9000);   /* long row, ragged */
 }
 
 static void test_gated_rmsnorm_matches_naive(void)
@@ -173,14 +221,16 @@ static void check_add_rmsnorm(int n_threads, int n_tok, int dim)
     float *x = kt_randv(n, 3.0f), *y = kt_randv(n, 2.0f), *w = kt_randv(dim, 1.0f);
     float *x_ref = malloc(n * 4), *x_fused = malloc(n * 4), *x0 = malloc(n * 4);
     float *o_ref = calloc(n, 4), *o_fused = calloc(n, 4);
+    float *s_ref = calloc(n_tok, 4), *s_fused = calloc(n_tok, 4);
     memcpy(x0, x, n * 4);
     memcpy(x_ref, x, n * 4);
     memcpy(x_fused, x, n * 4);
     CHECK_EQ_INT(be->add(be, x_ref, y, n), CS_OK);
-    CHECK_EQ_INT(be->rmsnorm(be, o_ref, x_ref, w, n_tok, dim, 1e-6f), CS_OK);
-    CHECK_EQ_INT(be->add_rmsnorm(be, x_fused, y, o_fused, w, n_tok, dim, 1e-6f), CS_OK);
+    CHECK_EQ_INT(be->rmsnorm(be, o_ref, s_ref, x_ref, w, n_tok, dim, 1e-6f), CS_OK);
+    CHECK_EQ_INT(be->add_rmsnorm(be, x_fused, y, o_fused, s_fused, w, n_tok, dim, 1e-6f), CS_OK);
     CHECK(kt_same(x_fused, x_ref, n));
     CHECK(kt_same(o_fused, o_ref, n));
+    CHECK(kt_same(s_fused, s_ref, n_tok));
     /* and it is an add then an RMSNorm, not merely equal to the pair */
     double *ref = malloc(sizeof(double) * dim), worst = 0;
     float *sum = malloc(sizeof(float) * dim);
@@ -190,12 +240,13 @@ static void check_add_rmsnorm(int n_threads, int n_tok, int dim)
         CHECK(kt_same(sum, x_fused + (size_t)t * dim, dim));
         naive_rmsnorm(ref, sum, w, dim, 1e-6);
         for (int i = 0; i < dim; i++)
-            worst = fmax(worst, fabs(o_fused[(size_t)t * dim + i] - ref[i]));
+            worst = fmax(worst, fabs((double)o_fused[(size_t)t * dim + i] * s_fused[t] - ref[i]));
     }
     CHECK(worst < 1e-5 * 8);
     free(ref);
     free(sum);
     free(x), free(y), free(w), free(x_ref), free(x_fused), free(x0), free(o_ref), free(o_fused);
+    free(s_ref), free(s_fused);
     be->destroy(be);
 }
 
@@ -208,11 +259,12 @@ static void test_add_rmsnorm_equals_add_then_rmsnorm(void)
         check_add_rmsnorm(th, 2, 9000);
     }
     struct cs_backend *be = kt_backend(1, 0);
-    float v[4] = {1, 2, 3, 4}, o[4];
-    CHECK_EQ_INT(be->add_rmsnorm(be, v, v + 2, o, v, 0, 2, 1e-6f), CS_OK);
+    float v[4] = {1, 2, 3, 4}, o[4], sc[1];
+    CHECK_EQ_INT(be->add_rmsnorm(be, v, v + 2, o, sc, v, 0, 2, 1e-6f), CS_OK);
     CHECK(v[0] == 1 && v[1] == 2);   /* no tokens: nothing touched */
-    CHECK_EQ_INT(be->add_rmsnorm(be, NULL, v, o, v, 1, 2, 1e-6f), CS_EINVAL);
-    CHECK_EQ_INT(be->add_rmsnorm(be, v, v + 2, o, v, 1, 0, 1e-6f), CS_EINVAL);
+    CHECK_EQ_INT(be->add_rmsnorm(be, NULL, v, o, sc, v, 1, 2, 1e-6f), CS_EINVAL);
+    CHECK_EQ_INT(be->add_rmsnorm(be, v, v + 2, o, sc, v, 1, 0, 1e-6f), CS_EINVAL);
+    CHECK_EQ_INT(be->add_rmsnorm(be, v, v + 2, o, NULL, v, 1, 2, 1e-6f), CS_EINVAL);
     be->destroy(be);
 }
 
