@@ -194,9 +194,10 @@ struct cs_backend {
      * (GDN's four input projections; gate and up), so a backend may fuse them. */
     int (*matmul)(struct cs_backend *be, int n, float *const *ys, const struct cs_weight *const *ws,
                   const float *x, int n_tokens);
-    /* matmul, then ys[i][t] *= scale[t] (one rounding; scale NULL: matmul):
-     * the projections of an rmsnorm's out with its scale. Bitwise what a
-     * fused norm-and-projection op gives (kernels/numerics.h). */
+    /* matmul with ys[i][t] scaled by scale[t] (scale NULL: matmul): the
+     * projections of an rmsnorm's out with its scale, applied to each
+     * segment's partial sum as kernels/numerics.h says. Bitwise what a fused
+     * norm-and-projection op gives. */
     int (*matmul_scaled)(struct cs_backend *be, int n, float *const *ys,
                          const struct cs_weight *const *ws, const float *x, const float *scale,
                          int n_tokens);

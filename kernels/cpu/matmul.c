@@ -10,8 +10,9 @@
  * Work is split by groups of MATMUL_ROWS output rows across threads; a group
  * converts its rows once and runs every token against them while they are in
  * cache. The value of y[t][r] depends only on row r and x[t] (and, for
- * matmul_scaled, scale[t]: y[t][r] * scale[t], one rounding, the norm applied
- * after the dot as kernels/numerics.h says). */
+ * matmul_scaled, scale[t]: the norm applied after the dot, each segment's
+ * sum scaled in the int8 path as kernels/numerics.h says, the total in the
+ * fp32 reference). */
 #include <string.h>
 
 #include "../../common/gguf.h"
@@ -74,11 +75,9 @@ static void group_int8(const struct matmul_job *job, float *y, const struct cs_w
     for (int t = 0; t < job->n_tokens; t++) {
         const struct block_q8_1 *xt = job->xq + (size_t)t * nb;
         float *yt = y + (size_t)t * w->n_out + r0;
+        float r = job->scale ? job->scale[t] : 1.0f;
         for (int k = 0; k < nr; k++)
-            yt[k] = quant_q8_0_q8_1_dot(rows + k * nb, xt, job->n_in);
-        if (job->scale)
-            for (int k = 0; k < nr; k++)
-                yt[k] = yt[k] * job->scale[t];
+            yt[k] = quant_q8_0_q8_1_dot_scaled(rows + k * nb, xt, job->n_in, r);
     }
 }
 

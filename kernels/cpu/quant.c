@@ -62,7 +62,13 @@ void quant_q8_1_quantize_row(struct block_q8_1 *out, const float *x, int64_t n)
 
 float quant_q8_0_q8_1_dot(const struct block_q8_0 *w, const struct block_q8_1 *x, int64_t n)
 {
-    /* kernels/numerics.h: per-segment sums, added in segment order */
+    return quant_q8_0_q8_1_dot_scaled(w, x, n, 1.0f);   /* p * 1 == p: the same bits */
+}
+
+float quant_q8_0_q8_1_dot_scaled(const struct block_q8_0 *w, const struct block_q8_1 *x,
+                                 int64_t n, float r)
+{
+    /* kernels/numerics.h: per-segment sums, each times r, added in segment order */
     float total = 0.0f;
     int64_t nb = n / QUANT_BLOCK;
     for (int64_t b0 = 0; b0 < nb; b0 += CS_DOT_SEG_BLOCKS) {
@@ -75,7 +81,7 @@ float quant_q8_0_q8_1_dot(const struct block_q8_0 *w, const struct block_q8_1 *x
             float s = cs_half_to_float(w[b].d) * x[b].d;
             p = fmaf(s, (float)isum, p);   /* numerics.h: the one fused step */
         }
-        total += p;
+        total = total + p * r;   /* -ffp-contract=off: the product rounded, then the sum */
     }
     return total;
 }

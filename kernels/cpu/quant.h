@@ -40,5 +40,9 @@ void quant_q8_1_quantize_row(struct block_q8_1 *out, const float *x, int64_t n);
  * sum over blocks b = 0, 1, ... in order, in fp32, of
  * (fp32(d_w[b]) * d_x[b]) * (float)isum[b], isum the exact int32 block dot. */
 float quant_q8_0_q8_1_dot(const struct block_q8_0 *w, const struct block_q8_1 *x, int64_t n);
+/* The same with each segment's sum times r before it is added (kernels/
+ * numerics.h: a row norm's scale applied after the dot; r = 1: the above). */
+float quant_q8_0_q8_1_dot_scaled(const struct block_q8_0 *w, const struct block_q8_1 *x,
+                                 int64_t n, float r);
 
 #endif

@@ -1,6 +1,6 @@
 /* ffn_ring.cu - the FFN of one decode token in one persistent kernel (sm_90):
  * x_out = x + y, n = rmsnorm(x_out) * norm_w, out = W_down (silu(W_gate n)
- * * (W_up n)), the norm's scale applied to gate and up after their dots
+ * * (W_up n)), the norm's scale applied to gate's and up's segment sums
  * (kernels/numerics.h). Bitwise the two launches it replaces (the gate/up GEMV with
  * the add_rmsnorm prologue, the down GEMV with the SwiGLU prologue): the
  * same prologue code (seg_addnorm.cuh), the same block dots and the same
@@ -601,7 +601,9 @@ static __global__ void __launch_bounds__(FR_THREADS, PROJ ? FR_MINB_PROJ : FR_MI
                     continue;
                 if (it.s == 0)
                     total = 0.0f;
-                total = __fadd_rn(total, p);   /* segments in order, from 0 */
+                /* segments in order, from 0; gate's and up's scaled first
+                 * by the norm's (kernels/numerics.h) */
+                total = __fadd_rn(total, it.down || (PROJ && it.proj) ? p : __fmul_rn(p, s_r));
                 if (!it.last)
                     continue;
                 if (!fenced) {
@@ -613,10 +615,10 @@ static __global__ void __launch_bounds__(FR_THREADS, PROJ ? FR_MINB_PROJ : FR_MI
                 if (PROJ && it.proj) {
                     fr_ll_store(a.lly + (size_t)it.g * 32 + lane, __float_as_uint(total), ep);
                 } else if (!it.down && !it.up) {
-                    gate = __fmul_rn(total, s_r);   /* the norm's scale after the dot */
+                    gate = total;
                 } else if (!it.down) {
-                    float d, up = __fmul_rn(total, s_r);
-                    int q = cuda_q8_1_quantize_lane(__fmul_rn(silu_f(gate), up), &d);
+                    float d;
+                    int q = cuda_q8_1_quantize_lane(__fmul_rn(silu_f(gate), total), &d);
                     fr_publish(a, it.g, lane, q, d, ep);   /* k_silu_mul's value, quantized */
                 } else {
                     a.out[(size_t)it.g * 32 + lane] = total;

@@ -335,13 +335,13 @@ static __device__ __forceinline__ void gemm_block(float (&acc)[4][8],
  * Only this thread touches these elements and same-address operations of
  * one thread stay in program order, so the sum order is the segment order;
  * RED rounds to nearest and flushes subnormals, as every fp32 add of these
- * kernels does (--use_fast_math implies -ftz=true). With a row scale
- * (ps.rs: the norm applied after the dot) the last segment loads the total,
- * adds and multiplies instead: one round trip a tile. Every index is
+ * kernels does (--use_fast_math implies -ftz=true). A row scale (ps.rs:
+ * the norm applied after the dot) multiplies each segment's acc first
+ * (numerics.h), so the reductions stay fire and forget. Every index is
  * recomputed from the block and thread ids and the kernel parameters, so
  * nothing extra stays live across the K loop. */
 static __device__ __forceinline__ void gemm_fold(float (&acc)[4][8], const struct mm_parts &ps,
-                                                 int n_tokens, bool first, bool last)
+                                                 int n_tokens, bool first)
 {
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     int pi = mm_part_find(ps, blockIdx.x);
@@ -354,13 +354,11 @@ static __device__ __forceinline__ void gemm_fold(float (&acc)[4][8], const struc
             int row = tile * BM + lane + 32 * i;
             if (tok0 + t < n_tokens && row < n_out) {
                 float *yp = ps.p[pi].y + (size_t)(tok0 + t) * n_out + row;
-                if (last && ps.rs)   /* the row scale after the last segment's add */
-                    *yp = mm_out(ps, tok0 + t,
-                                 __fadd_rn(first ? 0.0f : __ldcg(yp), acc[i][t]));
-                else if (first)
-                    *yp = __fadd_rn(0.0f, acc[i][t]);
+                float v = mm_out(ps, tok0 + t, acc[i][t]);   /* a row scale: per segment */
+                if (first)
+                    *yp = __fadd_rn(0.0f, v);
                 else
-                    atomicAdd(yp, acc[i][t]);
+                    atomicAdd(yp, v);
             }
             acc[i][t] = 0.0f;
         }
@@ -458,7 +456,7 @@ static __global__ void __launch_bounds__(MM_GEMM_THREADS, MM_GEMM_MIN_BLOCKS)
 #pragma unroll 1
         for (; s < s1; s++)
             gemm_stage_run<KB, KP, true>(acc, c, st[s & 1], st[(s & 1) ^ 1], s);
-        gemm_fold(acc, ps, n_tokens, s0 == 0, s1 == n_stages);
+        gemm_fold(acc, ps, n_tokens, s0 == 0);
     }
 }
 

@@ -168,8 +168,7 @@ static __device__ __forceinline__ void seg_conv_store(const struct mm_parts &ps,
 }
 
 /* Output row `row` of part pi, token t: the value v, or (CV: the conv
- * epilogue's instance, one token) through the epilogue for part 0. v is
- * already scaled (seg_scaled). */
+ * epilogue's instance, one token) through the epilogue for part 0. */
 template <bool CV>
 static __device__ __forceinline__ void seg_store(const struct mm_parts &ps,
                                                  const struct cuda_mm_pro &pro, int pi, int t,
@@ -186,8 +185,8 @@ static __device__ __forceinline__ void seg_store(const struct mm_parts &ps,
         ps.p[pi].y[(size_t)t * n_out + row] = v;
 }
 
-/* An output as stored: AN, times the row norm's scale r (kernels/numerics.h);
- * else as mm_out (ps.rs, matmul_scaled). */
+/* A segment's partial as added (kernels/numerics.h): AN, times the row
+ * norm's scale r; else as mm_out (ps.rs, matmul_scaled). */
 template <bool AN>
 static __device__ __forceinline__ float seg_scaled(const struct mm_parts &ps, int t, float v,
                                                    float r)
@@ -323,7 +322,7 @@ static __global__ void __launch_bounds__(SEG_THREADS, SEG_BLOCKS_PER_SM)
                 p = __fmaf_rn(__fmul_rn(wscale[it][k][lane], xscale[it][k][t]), terms[it][k][t][lane],
                               p);
             if (n_seg == 1) {
-                seg_store<CV>(ps, pro, pi, t, row, seg_scaled<AN>(ps, t, __fadd_rn(0.0f, p), r));
+                seg_store<CV>(ps, pro, pi, t, row, __fadd_rn(0.0f, seg_scaled<AN>(ps, t, p, r)));
             } else if (CL) {
                 seg_cl_store(&recv[gi / n_seg * n_seg + seg][t][lane], gi % n_seg, p);
             } else {
@@ -357,8 +356,7 @@ static __global__ void __launch_bounds__(SEG_THREADS, SEG_BLOCKS_PER_SM)
             for (int t = 0; t < NT; t++) {
                 float tot = 0.0f;
                 for (int sg = 0; sg < n_seg; sg++)
-                    tot = __fadd_rn(tot, recv[j * n_seg + sg][t][lane]);
-                tot = seg_scaled<AN>(ps, t, tot, r);
+                    tot = __fadd_rn(tot, seg_scaled<AN>(ps, t, recv[j * n_seg + sg][t][lane], r));
                 if (pre && j == warp)
                     seg_conv_store(ps, pro, row, c0, tot);
                 else
@@ -401,8 +399,8 @@ static __global__ void __launch_bounds__(SEG_THREADS, SEG_BLOCKS_PER_SM)
                 float tot = 0.0f;
                 const float *pp = part + ((size_t)u * n_seg * NT + t) * 32 + lane;
                 for (int sg = 0; sg < n_seg; sg++)
-                    tot = __fadd_rn(tot, __ldcg(pp + (size_t)sg * NT * 32));
-                seg_store<CV>(ps, pro, pi, t, row, seg_scaled<AN>(ps, t, tot, r));
+                    tot = __fadd_rn(tot, seg_scaled<AN>(ps, t, __ldcg(pp + (size_t)sg * NT * 32), r));
+                seg_store<CV>(ps, pro, pi, t, row, tot);
             }
             if (lane == 0)
                 tickets[u] = 0;   /* ready for the next launch */

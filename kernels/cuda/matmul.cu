@@ -152,7 +152,7 @@ static __global__ void __launch_bounds__(NT <= 2 ? 512 : 256, NT <= 2 ? MM_GEMV_
             /* c0 and k are multiples of 8, so are the segment starts */
             for (; k + 8 <= cn; k += 8) {
                 if ((c0 + k) % CS_DOT_SEG_BLOCKS == 0 && c0 + k > 0) {
-                    tot = __fadd_rn(tot, acc);
+                    tot = __fadd_rn(tot, mm_out(ps, t_own, acc));
                     acc = 0.0f;
                 }
                 float v[8], sc[8];
@@ -167,7 +167,7 @@ static __global__ void __launch_bounds__(NT <= 2 ? 512 : 256, NT <= 2 ? MM_GEMV_
             }
             for (; k < cn; k++) {
                 if ((c0 + k) % CS_DOT_SEG_BLOCKS == 0 && c0 + k > 0) {
-                    tot = __fadd_rn(tot, acc);
+                    tot = __fadd_rn(tot, mm_out(ps, t_own, acc));
                     acc = 0.0f;
                 }
                 acc = __fmaf_rn(__fmul_rn(wp[k * 32], xp[k * NT]), tp[k * NT * 32], acc);
@@ -178,7 +178,7 @@ static __global__ void __launch_bounds__(NT <= 2 ? 512 : 256, NT <= 2 ? MM_GEMV_
         int row = g * 32 + lane;
         if (row < ps.p[pi].n_out)
             ps.p[pi].y[(size_t)t_own * ps.p[pi].n_out + row] =
-                mm_out(ps, t_own, __fadd_rn(tot, acc));
+                __fadd_rn(tot, mm_out(ps, t_own, acc));
     }
 }
 

@@ -87,9 +87,9 @@ size_t cuda_matmul_scratch_bytes(int64_t n_in, int n_tokens);
 int cuda_matmul(int n, float *const *ys, const struct cs_weight *const *ws, const float *x,
                 int n_tokens, void *scratch, size_t scratch_bytes, struct CUstream_st *stream);
 
-/* cuda_matmul, then ys[i][t] *= scale[t] in the kernels' epilogues (one
- * rounding; scale: device [n_tokens], NULL: cuda_matmul): ops.h
- * matmul_scaled, the row norm applied after the dot (kernels/numerics.h). */
+/* cuda_matmul with each output scaled by scale[t] (device [n_tokens]; NULL:
+ * cuda_matmul): ops.h matmul_scaled, the row norm applied after the dot,
+ * each segment's partial scaled before it is added (kernels/numerics.h). */
 int cuda_matmul_scaled(int n, float *const *ys, const struct cs_weight *const *ws, const float *x,
                        const float *scale, int n_tokens, void *scratch, size_t scratch_bytes,
                        struct CUstream_st *stream);

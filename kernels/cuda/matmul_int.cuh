@@ -27,7 +27,8 @@ struct mm_parts {
                            * the norm applied after the dot, kernels/numerics.h) */
 };
 
-/* An output value as stored: v, or v * rs[t] (one rounding). */
+/* A segment's partial as added (kernels/numerics.h): v, or v * rs[t] (one
+ * rounding). */
 static __device__ __forceinline__ float mm_out(const struct mm_parts &ps, int t, float v)
 {
     return ps.rs ? __fmul_rn(v, ps.rs[t]) : v;
