@@ -540,23 +540,14 @@ static __global__ void __launch_bounds__(DEC_WARPS * 32, dec_pipe_shape<GM>::MIN
 }
 
 #define ATT_COMBINE_CHUNK 1024   /* splits whose weights sit in shared memory at once */
-#ifndef ATT_COMBINE_U
-#define ATT_COMBINE_U 32         /* partial loads in flight per thread */
-#endif
-#ifndef ATT_COMBINE_DCH
-#define ATT_COMBINE_DCH 64       /* dims (threads) of a combine block: D / DCH blocks a head */
-#endif
+#define ATT_COMBINE_U 16         /* partial loads in flight per thread */
 
-/* Combine: block (query head, decode token, dims DCH z .. DCH z + DCH - 1),
- * one thread per dim, splits merged in order. The splits' maximum and
- * weights exp(m_s - M) are computed by all threads at once into shared
- * memory (each thread once walked every split's (m, l) itself: at 32K, 129
- * dependent L2 round trips and ~40 us per layer); each thread then adds its
- * dim's partials in split order, ATT_COMBINE_U loads in flight. A head's
- * dims are split over blocks (each forms the same weights) so that a head's
- * partials (128 KB at 32K) stream through several SMs: one block a head was
- * 9 us a layer at 32K, 16 blocks in all (docs/PERF.md, twenty-fourth
- * session). Every output is the same sequence of operations either way. */
+/* Combine: block (query head, decode token), one thread per dim, splits
+ * merged in order. The splits' maximum and weights exp(m_s - M) are
+ * computed by all threads at once into shared memory (each thread once
+ * walked every split's (m, l) itself: at 32K, 129 dependent L2 round trips
+ * and ~40 us per layer); each thread then adds its dim's partials in split
+ * order, ATT_COMBINE_U loads in flight. */
 static __global__ void k_attn_combine(float *out, const float *part_acc, const float2 *part_ml,
                                       const int32_t *dec, const int32_t *pos, int n_heads, int D,
                                       int max_splits)
@@ -572,7 +563,7 @@ static __global__ void k_attn_combine(float *out, const float *part_acc, const f
     for (int s = threadIdx.x; s < n_s; s += blockDim.x)
         m = fmaxf(m, part_ml[base + s].x);
     float M = block_max(m, scratch);   /* a maximum: the same in any order */
-    int d = blockIdx.z * blockDim.x + threadIdx.x;   /* gridDim.z * blockDim.x == D */
+    int d = threadIdx.x;               /* blockDim.x == D */
     float L = 0.0f, o = 0.0f;
     for (int c0 = 0; c0 < n_s; c0 += ATT_COMBINE_CHUNK) {
         int c1 = min(n_s, c0 + ATT_COMBINE_CHUNK);
@@ -661,11 +652,9 @@ static int dec_launch_gm(struct cuda_ctx *c, float *out, const struct dec_args &
     else
         CS_CUDA_CHECK(cuda_launch(k_attn_decode<T, GM, DEC_CH, DEC_MINB>, grid, DEC_WARPS * 32, 0,
                                   c->stream, a));
-    static_assert(DEC_D % ATT_COMBINE_DCH == 0 && ATT_COMBINE_DCH % 32 == 0, "combine blocks");
-    CS_CUDA_CHECK(cuda_launch(k_attn_combine, dim3(a.n_heads, n_dec, DEC_D / ATT_COMBINE_DCH),
-                              ATT_COMBINE_DCH, 0, c->stream, out, (const float *)a.part_acc,
-                              (const float2 *)a.part_ml, a.dec, a.pos, a.n_heads, DEC_D,
-                              a.max_splits));
+    CS_CUDA_CHECK(cuda_launch(k_attn_combine, dim3(a.n_heads, n_dec), DEC_D, 0, c->stream, out,
+                              (const float *)a.part_acc, (const float2 *)a.part_ml, a.dec, a.pos,
+                              a.n_heads, DEC_D, a.max_splits));
     return CS_OK;
 }
 
