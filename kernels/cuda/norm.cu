@@ -31,14 +31,7 @@ static __device__ __forceinline__ void rms_row_regs(float *out, float *scale,
                                                     const float (&wv)[NORM_NPT], int dim, float eps,
                                                     float *sp)
 {
-    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-#pragma unroll
-    for (int h = 0; h < NORM_NPT / 4; h++) {
-        float q[4] = {v[4 * h], v[4 * h + 1], v[4 * h + 2], v[4 * h + 3]};
-        float s = rms_span_sum(q);
-        if (lane == 0)
-            sp[warp + 32 * h] = s;
-    }
+    rms_row_span_sums(v, sp);
 #pragma unroll
     for (int e = 0; e < NORM_NPT; e++) {
         int i = rms_index(e);
@@ -46,11 +39,7 @@ static __device__ __forceinline__ void rms_row_regs(float *out, float *scale,
             out[i] = rms_apply_w(v[e], wv[e]);
     }
     __syncthreads();
-    if (warp == 0) {
-        float ss = rms_row_sum_from_spans(sp, (dim + CS_NORM_SPAN - 1) / CS_NORM_SPAN, lane);
-        if (lane == 0)
-            *scale = rms_scale(ss, dim, eps);
-    }
+    rms_row_scale_store(sp, dim, eps, scale);
 }
 
 /* One block per token: out[t] = x[t] * w and scale[t] (ops.h rmsnorm). The

@@ -85,7 +85,7 @@ static __global__ void __launch_bounds__(NORM_THREADS)
                         int dim)
 {
     __shared__ float sp[NORM_SPANS];
-    int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    int lane = threadIdx.x & 31;
     float v[NORM_NPT], wv[NORM_NPT];
 #pragma unroll
     for (int e = 0; e < NORM_NPT; e++) {
@@ -105,13 +105,7 @@ static __global__ void __launch_bounds__(NORM_THREADS)
         if (i < dim)
             pro.x_out[row + i] = v[e];
     }
-#pragma unroll
-    for (int h = 0; h < NORM_NPT / 4; h++) {
-        float q[4] = {v[4 * h], v[4 * h + 1], v[4 * h + 2], v[4 * h + 3]};
-        float s = rms_span_sum(q);
-        if (lane == 0)
-            sp[warp + 32 * h] = s;
-    }
+    rms_row_span_sums(v, sp);
 #pragma unroll
     for (int e = 0; e < NORM_NPT; e++) {
         int i = rms_index(e);   /* dim % 32 == 0: a warp is all in or all out */
@@ -124,11 +118,7 @@ static __global__ void __launch_bounds__(NORM_THREADS)
             xd[(row + i) >> 5] = d;
     }
     __syncthreads();
-    if (warp == 0) {
-        float ss = rms_row_sum_from_spans(sp, (dim + CS_NORM_SPAN - 1) / CS_NORM_SPAN, lane);
-        if (lane == 0)
-            rs[blockIdx.x] = rms_scale(ss, dim, pro.eps);
-    }
+    rms_row_scale_store(sp, dim, pro.eps, rs + blockIdx.x);
 }
 
 extern "C" int cuda_quantize_pro(void *scratch, const float *x, int64_t n_in, int n_tokens,

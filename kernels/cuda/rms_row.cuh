@@ -85,6 +85,33 @@ static __device__ __forceinline__ float rms_scale(float ss, int dim, float eps)
     return xm_rms_scale(ss, dim, eps);
 }
 
+/* A block's row held at rms_index (v, 0 past the row): the span sums of
+ * this thread's two spans into sp[W + 32 h] (lane 0 of warp W). */
+static __device__ __forceinline__ void rms_row_span_sums(const float (&v)[NORM_NPT], float *sp)
+{
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+#pragma unroll
+    for (int h = 0; h < NORM_NPT / 4; h++) {
+        float q[4] = {v[4 * h], v[4 * h + 1], v[4 * h + 2], v[4 * h + 3]};
+        float s = rms_span_sum(q);
+        if (lane == 0)
+            sp[warp + 32 * h] = s;
+    }
+}
+
+/* After rms_row_span_sums and a barrier: warp 0 stores the row's scale to
+ * *scale. */
+static __device__ __forceinline__ void rms_row_scale_store(const float *sp, int dim, float eps,
+                                                           float *scale)
+{
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    if (warp == 0) {
+        float ss = rms_row_sum_from_spans(sp, (dim + CS_NORM_SPAN - 1) / CS_NORM_SPAN, lane);
+        if (lane == 0)
+            *scale = rms_scale(ss, dim, eps);
+    }
+}
+
 /* What the projection quantizes: v * w, one rounding. */
 static __device__ __forceinline__ float rms_apply_w(float v, float w)
 {
