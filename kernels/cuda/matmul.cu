@@ -457,14 +457,6 @@ extern "C" int cuda_matmul_with(int n, float *const *ys, const struct cs_weight 
     return matmul_with_rs(n, ys, ws, x, NULL, n_tokens, scratch, scratch_bytes, stream, kernel);
 }
 
-extern "C" int cuda_matmul_scaled_with(int n, float *const *ys, const struct cs_weight *const *ws,
-                                       const float *x, const float *scale, int n_tokens,
-                                       void *scratch, size_t scratch_bytes,
-                                       struct CUstream_st *stream, enum cuda_mm_kernel kernel)
-{
-    return matmul_with_rs(n, ys, ws, x, scale, n_tokens, scratch, scratch_bytes, stream, kernel);
-}
-
 /* Do [a, a + an) and [b, b + bn) floats overlap? */
 static bool ranges_overlap(const float *a, size_t an, const float *b, size_t bn)
 {

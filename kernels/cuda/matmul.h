@@ -198,11 +198,6 @@ int cuda_silu_mul(float *out, const float *g, const float *u, size_t n, struct C
 int cuda_matmul_with(int n, float *const *ys, const struct cs_weight *const *ws, const float *x,
                      int n_tokens, void *scratch, size_t scratch_bytes, struct CUstream_st *stream,
                      enum cuda_mm_kernel kernel);
-/* cuda_matmul_scaled with the Q8_0 kernel forced. */
-int cuda_matmul_scaled_with(int n, float *const *ys, const struct cs_weight *const *ws,
-                            const float *x, const float *scale, int n_tokens, void *scratch,
-                            size_t scratch_bytes, struct CUstream_st *stream,
-                            enum cuda_mm_kernel kernel);
 
 #ifdef __cplusplus
 }
