@@ -1,7 +1,9 @@
 /* test_cpu_matmul.c - proves the CPU matmul and embed: fp32 mode equals a
  * double-precision naive W x for F32/F16/BF16/Q8_0 weights (several weights at
  * once, odd sizes); the int8 mode stays within the proven Q8_1 rounding bound of
- * the fp32 result; results are bit-identical for 1, 2 and 3 threads and for a
+ * the fp32 result; matmul_scaled's int8 mode scales each segment's sum before
+ * adding it (kernels/numerics.h, bit for bit against a transcription here),
+ * its fp32 mode the total; results are bit-identical for 1, 2 and 3 threads and for a
  * token alone vs inside a batch; Q8_0/Q8_1 quantization rounds half away from
  * zero; embed dequantizes rows and refuses out-of-range ids with CS_ERANGE;
  * weight_upload copies a large weight in pieces, calling the upload_progress
@@ -295,11 +297,73 @@ static void test_weight_upload_reports_pieces(void)
     be->destroy(be);
 }
 
+/* matmul_scaled, int8 mode: each segment's sum times scale[t] before it is
+ * added (kernels/numerics.h), against a transcription of that order here,
+ * bit for bit, on a row of 2.5 segments; scale NULL is matmul bit for bit;
+ * the fp32 mode stays near matmul * scale. */
+static void test_matmul_scaled_segments(void)
+{
+    struct cs_backend *be8 = kt_backend(2, 1), *be = kt_backend(2, 0);
+    int n_in = 2560, n_out = 7, n_tok = 3, nb = n_in / 32;
+    float *wv = kt_randv((size_t)n_in * n_out, 1.0f), *x = kt_randv((size_t)n_in * n_tok, 3.0f);
+    float scale[3] = {0.37f, 1.0f, 2.5e-3f};
+    struct block_q8_0 *wq = malloc(sizeof *wq * (size_t)nb * n_out);
+    struct block_q8_1 *xq = malloc(sizeof *xq * (size_t)nb * n_tok);
+    for (int r = 0; r < n_out; r++)
+        quant_q8_0_quantize_row(wq + (size_t)r * nb, wv + (size_t)r * n_in, n_in);
+    for (int t = 0; t < n_tok; t++)
+        quant_q8_1_quantize_row(xq + (size_t)t * nb, x + (size_t)t * n_in, n_in);
+    struct cs_weight w8, w;
+    CHECK_EQ_INT(be8->weight_upload(be8, &w8, CS_DTYPE_Q8_0, n_in, n_out, wq), CS_OK);
+    CHECK_EQ_INT(be->weight_upload(be, &w, CS_DTYPE_Q8_0, n_in, n_out, wq), CS_OK);
+    const struct cs_weight *wp8 = &w8, *wp = &w;
+    float *ys = calloc((size_t)n_out * n_tok, 4), *y1 = calloc((size_t)n_out * n_tok, 4);
+    float *yn = calloc((size_t)n_out * n_tok, 4);
+    CHECK_EQ_INT(be8->matmul_scaled(be8, 1, &ys, &wp8, x, scale, n_tok), CS_OK);
+    CHECK_EQ_INT(be8->matmul_scaled(be8, 1, &yn, &wp8, x, NULL, n_tok), CS_OK);
+    CHECK_EQ_INT(be8->matmul(be8, 1, &y1, &wp8, x, n_tok), CS_OK);
+    CHECK(kt_same(yn, y1, (size_t)n_out * n_tok));
+    for (int t = 0; t < n_tok; t++)
+        for (int r = 0; r < n_out; r++) {
+            float total = 0.0f;
+            for (int b0 = 0; b0 < nb; b0 += 32) {
+                float p = 0.0f;
+                for (int b = b0; b < b0 + 32 && b < nb; b++) {
+                    const struct block_q8_0 *wb = wq + (size_t)r * nb + b;
+                    const struct block_q8_1 *xb = xq + (size_t)t * nb + b;
+                    int32_t isum = 0;
+                    for (int i = 0; i < 32; i++)
+                        isum += (int32_t)wb->qs[i] * (int32_t)xb->qs[i];
+                    float sc = cs_half_to_float(wb->d) * xb->d;
+                    p = fmaf(sc, (float)isum, p);
+                }
+                float ps = p * scale[t];
+                total = total + ps;
+            }
+            float got = ys[(size_t)t * n_out + r];
+            CHECK(memcmp(&got, &total, 4) == 0);
+        }
+    /* fp32 mode: the scale on the total, near the unscaled result times it */
+    CHECK_EQ_INT(be->matmul_scaled(be, 1, &ys, &wp, x, scale, n_tok), CS_OK);
+    CHECK_EQ_INT(be->matmul(be, 1, &y1, &wp, x, n_tok), CS_OK);
+    for (int t = 0; t < n_tok; t++)
+        for (int r = 0; r < n_out; r++) {
+            float want = y1[(size_t)t * n_out + r] * scale[t];
+            CHECK(memcmp(&ys[(size_t)t * n_out + r], &want, 4) == 0);
+        }
+    be8->weight_free(be8, &w8);
+    be->weight_free(be, &w);
+    free(wv), free(x), free(wq), free(xq), free(ys), free(y1), free(yn);
+    be8->destroy(be8);
+    be->destroy(be);
+}
+
 int main(void)
 {
     RUN(test_matmul_fp32_matches_naive);
     RUN(test_matmul_odd_f32_width);
     RUN(test_matmul_int8_within_bound);
+    RUN(test_matmul_scaled_segments);
     RUN(test_matmul_thread_and_batch_invariant);
     RUN(test_quant_q8_1_round_half_away);
     RUN(test_quant_q8_0_round_half_away);
