@@ -597,9 +597,9 @@ static __global__ void k_attn_combine(float *out, const float *part_acc, const f
 }
 
 /* Whether the cp.async kernel for GM rows per warp runs on c's device:
- * its loaded code was built for sm_80+ (cudaFuncGetAttributes'
- * binaryVersion: a cc 7.x device, or a newer one running PTX of an older
- * target, has the synchronous stand-in), a block may have its shared memory,
+ * its loaded code was built for sm_80+ (cuda_code_arch: a cc 7.x device, or
+ * a newer one running PTX of an older target, has the synchronous stand-in),
+ * a block may have its shared memory,
  * and an SM holds the blocks its launch bounds were sized for (MINB, from an
  * H200's 228 KB: where fewer fit, e.g. two 96 KB blocks on an A100's 164
  * KB, it would run at half the register kernel's occupancy, untimed). Else
@@ -626,7 +626,7 @@ static bool dec_pipe_ready(struct cuda_ctx *c)
                                    c->device) == cudaSuccess &&
             cudaFuncGetAttributes(&fa, k_attn_decode_pipe<GM>) == cudaSuccess) {
             size_t block = P::BLOCK_BYTES + fa.sharedSizeBytes;
-            if (fa.binaryVersion >= 80 && (size_t)c->smem_optin >= block &&
+            if (cuda_code_arch() >= 800 && (size_t)c->smem_optin >= block &&
                 (size_t)per_sm >= P::MINB * (block + reserved) &&
                 cudaFuncSetAttribute(k_attn_decode_pipe<GM>,
                                      cudaFuncAttributeMaxDynamicSharedMemorySize,

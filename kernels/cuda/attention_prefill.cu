@@ -552,8 +552,8 @@ static size_t apf_smem_bytes(int nty, bool q8, bool async)
 }
 
 /* Whether the int8 kernel with async staging runs on c's device for NTY:
- * its loaded code was built for sm_80+ (cudaFuncGetAttributes'
- * binaryVersion; elsewhere cp_async.cuh's synchronous stand-in is there),
+ * its loaded code was built for sm_80+ (cuda_code_arch; in code for older
+ * targets cp_async.cuh's synchronous stand-in is there),
  * a block may have its shared memory, and an SM holds the blocks its launch
  * bounds were sized for (else the register-staged kernel, whose one buffer
  * fits them). Asked, and the attribute set, once per context and NTY. */
@@ -573,7 +573,7 @@ static bool apf_async_ready(struct cuda_ctx *c)
             cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock,
                                    c->device) == cudaSuccess &&
             cudaFuncGetAttributes(&fa, k_attn_prefill_q8<NTY, true>) == cudaSuccess &&
-            fa.binaryVersion >= 80 && (size_t)c->smem_optin >= smem &&
+            cuda_code_arch() >= 800 && (size_t)c->smem_optin >= smem &&
             (size_t)per_sm >= APF_Q8_MIN_BLOCKS(NTY) * (smem + reserved) &&
             cudaFuncSetAttribute(k_attn_prefill_q8<NTY, true>,
                                  cudaFuncAttributeMaxDynamicSharedMemorySize,

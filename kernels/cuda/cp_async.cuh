@@ -3,7 +3,7 @@
  * attention_prefill_q8.cuh's async staging). Compiled for an older target
  * they are a plain synchronous copy, so a kernel using them stays correct
  * everywhere; the hosts pick those kernels only where the loaded code is
- * sm_80+ (cudaFuncGetAttributes' binaryVersion). */
+ * sm_80+ (cuda_code_arch, launch.h). */
 #ifndef CS_CUDA_CP_ASYNC_CUH
 #define CS_CUDA_CP_ASYNC_CUH
 

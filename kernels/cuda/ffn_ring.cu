@@ -675,7 +675,7 @@ static bool fr_ready(int dev, size_t smem, bool proj, int *sms)
     void (*k)(struct fr_args) = proj ? k_ffn_ring<true> : k_ffn_ring<false>;
     cudaDeviceProp prop;
     int blocks = 0;
-    bool ok = cudaGetDeviceProperties(&prop, dev) == cudaSuccess && prop.major >= 9 &&
+    bool ok = cudaGetDeviceProperties(&prop, dev) == cudaSuccess && cuda_code_arch() >= 900 &&
               smem <= prop.sharedMemPerBlockOptin &&
               cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) ==
                   cudaSuccess &&

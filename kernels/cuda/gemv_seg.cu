@@ -514,7 +514,7 @@ template <int NT, bool XS, bool AN, bool CV = false>
 static int seg_max_clusters(int n_seg, bool refuse = false)
 {
     static int cached[16][SEG_CL_MAX + 1];   /* + 1; 0: not asked yet */
-    int dev = 0, major = 0;
+    int dev = 0;
     if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 16 || n_seg > SEG_CL_MAX)
         return 0;
     pthread_mutex_lock(&g_ws_mu);
@@ -525,8 +525,7 @@ static int seg_max_clusters(int n_seg, bool refuse = false)
     if (n >= 0)
         return n;
     n = 0;
-    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
-        major >= 9) {
+    if (cuda_code_arch() >= 900) {   /* clusters and DSMEM are in sm_90 code only */
         cudaLaunchConfig_t cfg = {};
         cudaLaunchAttribute attr[1];
         cfg.gridDim = dim3(n_seg);

@@ -3,7 +3,6 @@
 #include "launch.cuh"
 
 static bool g_pdl_on = true;
-static int g_cc_major[64];                      /* 0: not asked yet */
 /* The stream of the latest op if that op was a launch, else NULL. One for the
  * process, not per thread: a copy queued by any thread on any stream resets
  * it, which errs towards plain launches. */
@@ -20,24 +19,78 @@ extern "C" bool cuda_pdl_enabled(void)
     return g_pdl_on;
 }
 
-static int device_major(void)
+/* __CUDA_ARCH__ of the code the runtime loaded for the device: its own SASS,
+ * or an older target's PTX compiled by the driver (a build for sm_70-75 run
+ * on a newer card). Code compiled for sm_75 has no griddepcontrol or
+ * clusters, so what the host may ask of a launch follows this, not the
+ * device's compute capability: a PDL launch of a kernel without its wait
+ * would let it read its input before that was written. */
+static __device__ int g_code_arch_out;
+
+static __global__ void k_code_arch(void)
+{
+#ifdef __CUDA_ARCH__
+    g_code_arch_out = __CUDA_ARCH__;
+#endif
+}
+
+static int g_code_arch[64];   /* 0: not probed yet */
+
+extern "C" int cuda_code_arch_probe(int dev)
+{
+    if (dev < 0 || dev >= 64)
+        return 0;
+    if (!g_code_arch[dev]) {
+        int arch = 0, prev = -1;
+        cudaStream_t s = NULL;
+        if (cudaGetDevice(&prev) == cudaSuccess && cudaSetDevice(dev) == cudaSuccess &&
+            cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess) {
+            k_code_arch<<<1, 1, 0, s>>>();
+            if (cudaMemcpyFromSymbolAsync(&arch, g_code_arch_out, sizeof(arch), 0,
+                                          cudaMemcpyDeviceToHost, s) != cudaSuccess ||
+                cudaStreamSynchronize(s) != cudaSuccess)
+                arch = 0;
+            cudaStreamDestroy(s);
+        }
+        (void)cudaGetLastError();
+        if (prev >= 0)
+            cudaSetDevice(prev);
+        cuda_pdl_barrier();   /* a launch and a copy on another stream */
+        g_code_arch[dev] = arch > 0 ? arch : 1;   /* 1: failed; as an sm_70-75 build */
+    }
+    return g_code_arch[dev];
+}
+
+/* The current device's code arch, probed on first use: the backend's
+ * context probes at creation, before any stream capture (a probe is a launch
+ * and a synchronous copy, which a capture would refuse). */
+extern "C" int cuda_code_arch(void)
 {
     int dev = 0;
     if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64)
-        return 0;
-    if (!g_cc_major[dev]) {
-        int major = 0;
-        if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess)
-            major = 1;
-        g_cc_major[dev] = major > 0 ? major : 1;
+        return 1;
+    return g_code_arch[dev] ? g_code_arch[dev] : cuda_code_arch_probe(dev);
+}
+
+static bool code_has_pdl(cudaStream_t s)
+{
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64)
+        return false;
+    if (!g_code_arch[dev]) {   /* not probed: only outside a capture */
+        cudaStreamCaptureStatus cs = cudaStreamCaptureStatusActive;
+        if (cudaStreamIsCapturing(s, &cs) != cudaSuccess || cs != cudaStreamCaptureStatusNone) {
+            (void)cudaGetLastError();
+            return false;   /* a plain launch: always correct */
+        }
     }
-    return g_cc_major[dev];
+    return cuda_code_arch() >= 900;
 }
 
 extern "C" bool cuda_pdl_allowed(cudaStream_t s)
 {
     return g_pdl_on && __atomic_load_n(&g_last_valid, __ATOMIC_ACQUIRE) &&
-           __atomic_load_n(&g_last_launch, __ATOMIC_RELAXED) == s && device_major() >= 9;
+           __atomic_load_n(&g_last_launch, __ATOMIC_RELAXED) == s && code_has_pdl(s);
 }
 
 extern "C" void cuda_pdl_note_launch(cudaStream_t s)

@@ -16,8 +16,15 @@ extern "C" {
 void cuda_pdl_set_enabled(bool on);
 bool cuda_pdl_enabled(void);
 /* Whether a launch on s now may be a programmatic dependent: enabled, the
- * current device is sm_90+, and s's previous op was a cuda_launch. */
+ * current device runs sm_90+ code, and s's previous op was a cuda_launch. */
 bool cuda_pdl_allowed(struct CUstream_st *s);
+/* __CUDA_ARCH__ of the kernels loaded for the current device (or device dev,
+ * probed once with a one-thread launch): 900 for sm_90 code, 750 when a
+ * build for sm_75 runs as PTX on a newer card; 1 when the probe failed. The
+ * host enables sm_80/sm_90 paths (cp.async kernels, clusters, PDL) by this,
+ * not by the device's compute capability. */
+int cuda_code_arch_probe(int dev);
+int cuda_code_arch(void);
 /* s's latest op was a cuda_launch. */
 void cuda_pdl_note_launch(struct CUstream_st *s);
 /* A non-kernel op is being queued (on any stream): the next launch is plain. */

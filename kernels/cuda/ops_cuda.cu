@@ -637,8 +637,17 @@ static int ctx_init(struct cuda_ctx *c, int device)
     CS_CUDA_CHECK(cudaEventCreateWithFlags(&c->stage_done, cudaEventDisableTiming));
     struct cudaDeviceProp prop;
     CS_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
-    LOG_INFO("cuda", "device %d: %s sm_%d%d, %d SMs, %.1f GiB", device, prop.name, prop.major,
-             prop.minor, prop.multiProcessorCount, (double)prop.totalGlobalMem / (1u << 30));
+    /* before any capture; the sm_80/90 paths follow the code, not the card */
+    int code = cuda_code_arch_probe(device);
+    LOG_INFO("cuda", "device %d: %s sm_%d%d, %d SMs, %.1f GiB, kernels compiled for sm_%d%s",
+             device, prop.name, prop.major, prop.minor, prop.multiProcessorCount,
+             (double)prop.totalGlobalMem / (1u << 30), code / 10,
+             code / 10 < prop.major * 10 + prop.minor ? " (an older target's code)" : "");
+    if (code < 100) {
+        LOG_ERROR("cuda", "device %d: no kernel of this build runs on it (sm_%d%d)", device,
+                  prop.major, prop.minor);
+        return CS_EUNSUPPORTED;
+    }
     return CS_OK;
 }
 
