@@ -13,7 +13,9 @@
  * steps compare all logits (model_forward_logits: layers in the graph), odd
  * steps greedy samples with top logprobs (model_forward: layers and LM head
  * in the graph). It also requires that graphs were really recorded and
- * replayed, and that steps with graphs off replayed nothing.
+ * replayed, and that steps with graphs off replayed nothing. It prints the
+ * arch of the loaded kernels (a build for compute_75 run as PTX on a newer
+ * card runs its sm_75 paths: no PDL, no clusters).
  * Prints "RESULT <check> PASS|FAIL err=<mismatches> (bound 0)" lines for
  * tests/gpu/run.sh. Usage: test_gpu_graph [cuda device index] (default 0).
  * Not a ctest test (needs a GPU); exits 77 when no CUDA device is present. */
@@ -24,6 +26,7 @@
 
 #include "../../common/gguf.h"
 #include "../../common/log.h"
+#include "../../kernels/cuda/launch.h"
 #include "../../worker/model.h"
 #include "../model/fixture.h"
 
@@ -340,6 +343,12 @@ int main(int argc, char **argv)
         be->destroy(be);
         return 1;
     }
+    /* Which code the driver loaded decides PDL (launch.h): a compute_75 build
+     * run on this card must say 750, and its graphs must still match. */
+    int code = cuda_code_arch();
+    printf("kernels compiled for sm_%d on this device (PDL %s)\n", code / 10,
+           code >= 900 ? "possible" : "off");
+    result("code arch probed", code >= 700, code);
     char path[256];
     fixture_path(path, sizeof path, "graph");
     struct fixture_opts fo = {.mat_type = CS_DTYPE_Q8_0, .mixed_vectors = true, .seed = 21};
