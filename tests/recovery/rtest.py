@@ -85,7 +85,7 @@ def children(pid):
         for task in os.listdir("/proc/%d/task" % pid):
             with open("/proc/%d/task/%s/children" % (pid, task)) as f:
                 out += [int(x) for x in f.read().split()]
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):   # a task gone meanwhile
         pass
     return out
 
@@ -94,7 +94,7 @@ def stage_of(pid):
     try:
         with open("/proc/%d/cmdline" % pid, "rb") as f:
             args = f.read().split(b"\0")
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):   # exited since it was listed
         return -1
     return int(args[args.index(b"--stage") + 1]) if b"--stage" in args else -1
 
@@ -103,7 +103,7 @@ def alive(pid):
     try:
         with open("/proc/%d/stat" % pid) as f:
             return f.read().split(")")[-1].split()[0] != "Z"
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):
         return False
 
 

@@ -9,7 +9,8 @@ kernels/cuda/launch.cuh (which this CPU-only check enforces where no GPU can):
   2. a kernel that calls cuda_pdl_wait() directly also calls cuda_pdl_trigger()
      after it;
   3. `<<<...>>>` launches appear only in the load-time files (probe.cu,
-     repack.cu), whose launches are plain and whose kernels do not use PDL.
+     repack.cu, and launch.cu's probe of the loaded code's arch at context
+     creation), whose launches are plain and whose kernels do not use PDL.
 
 It fails on a planted violation first (self-check), then on the real sources.
 Usage: check_pdl_contract.py KERNELS_CUDA_DIR"""
@@ -17,7 +18,7 @@ import os
 import re
 import sys
 
-PLAIN_FILES = {"probe.cu", "repack.cu"}
+PLAIN_FILES = {"probe.cu", "repack.cu", "launch.cu"}
 
 
 def strip_comments(src):
