@@ -14,7 +14,11 @@
 # Models: /tmp/cs_models/9b.gguf and 27b.gguf, made by mkmodel unless a
 # caller of this script left them there (it removes them when done).
 # BIN_DIR holds cmpserve and the test_gpu_* programs built for this GPU; set
-# LD_LIBRARY_PATH first where they need carried libraries. Prints
+# LD_LIBRARY_PATH first where they need carried libraries. The sm_70-75
+# code paths (no PDL, clusters or cp.async) run on a newer GPU from a build
+# configured with -DCS_CUDA_ARCHS=75-virtual (PTX the driver compiles; the
+# log says "kernels compiled for sm_75"); its texts must equal the native
+# build's (docs/VALIDATION.md, twenty-fifth session). Prints
 # LOG_DIR/summary.txt; exit 1 when a test or an equality failed.
 BIN=$1
 VOCAB=$2
