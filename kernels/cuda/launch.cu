@@ -77,14 +77,14 @@ static bool code_has_pdl(cudaStream_t s)
     int dev = 0;
     if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64)
         return false;
-    if (!g_code_arch[dev]) {   /* not probed: only outside a capture */
-        cudaStreamCaptureStatus cs = cudaStreamCaptureStatusActive;
-        if (cudaStreamIsCapturing(s, &cs) != cudaSuccess || cs != cudaStreamCaptureStatusNone) {
-            (void)cudaGetLastError();
-            return false;   /* a plain launch: always correct */
-        }
+    if (g_code_arch[dev])   /* every launch asks: one lookup once probed */
+        return g_code_arch[dev] >= 900;
+    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusActive;   /* probe outside a capture only */
+    if (cudaStreamIsCapturing(s, &cs) != cudaSuccess || cs != cudaStreamCaptureStatusNone) {
+        (void)cudaGetLastError();
+        return false;   /* a plain launch: always correct */
     }
-    return cuda_code_arch() >= 900;
+    return cuda_code_arch_probe(dev) >= 900;
 }
 
 extern "C" bool cuda_pdl_allowed(cudaStream_t s)
