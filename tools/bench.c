@@ -4,7 +4,7 @@
  *   cmpserve bench --kernels [--json] [--device N]
  *   cmpserve bench --model FILE [--prompt-lens 512,2048,8192,32768] [--gen 128]
  *                  [--depths 0,4096,32768] [--chunk 2048] [--json] [--device N]
- *                  [--no-cuda-graphs] [--no-cuda-pdl] [--kv-type f16|f32]
+ *                  [--batch 1,4,16] [--no-cuda-graphs] [--no-cuda-pdl] [--kv-type f16|f32]
  *
  * Both modes first run the probes (kernels/cuda/probe.h: read bandwidth, DP4A,
  * FP32 FMA, HFMA2). --kernels then times the matrix kernels (kernels/cuda/
@@ -12,7 +12,7 @@
  * random weights rotated through more memory than the L2 holds, and sums them
  * into matmul-only decode/prefill ceilings of the whole model. --model loads a
  * GGUF on one GPU and times prefill per prompt length and decode per context
- * depth. Every figure is printed beside its ratio to the ceiling, counted as
+ * depth and batch size (tools/bench_decode.c). Every figure is printed beside its ratio to the ceiling, counted as
  * hardware.md "Physics of a token" says:
  * - decode: bytes per token (projection weights and LM head + KV read at the
  *   mean depth + GDN state read and written) / measured read bandwidth;
@@ -38,7 +38,7 @@
 #include "../kernels/cuda/probe.h"
 #endif
 #ifndef CS_BENCH_KERNELS_ONLY
-#include "cli_common.h"
+#include "bench_model.h"
 #endif
 
 #define BENCH_MAX_LIST 16
@@ -48,6 +48,7 @@ struct bench_opts {
     const char *model;
     int prompt_lens[BENCH_MAX_LIST], n_prompt_lens;
     int depths[BENCH_MAX_LIST], n_depths;
+    int batches[BENCH_MAX_LIST], n_batches;
     int gen;
     int chunk;
     int device;
@@ -62,7 +63,8 @@ static void bench_usage(FILE *out)
     fprintf(out,
             "usage: cmpserve bench --kernels [--json] [--device N]\n"
             "       cmpserve bench --model FILE [--prompt-lens 512,2048,8192,32768] [--gen 128]\n"
-            "                      [--depths 0,4096,32768] [--chunk 2048] [--json] [--device N]\n"
+            "                      [--depths 0,4096,32768] [--batch 1] [--chunk 2048] [--json]\n"
+            "                      [--device N]\n"
             "                      [--cuda-graphs | --no-cuda-graphs] [--cuda-pdl | --no-cuda-pdl]\n"
             "                      [--kv-type f16|f32]\n");
 }
@@ -83,12 +85,23 @@ static int parse_list(const char *s, int *out, int *n)
     return *n > 0 ? CS_OK : CS_EINVAL;
 }
 
+/* Decode batch sizes: 1 to BENCH_MAX_BATCH sequences. */
+#define BENCH_MAX_BATCH 64
+static bool batches_ok(const struct bench_opts *o)
+{
+    for (int i = 0; i < o->n_batches; i++)
+        if (o->batches[i] < 1 || o->batches[i] > BENCH_MAX_BATCH)
+            return false;
+    return true;
+}
+
 /* Returns 0, -1 after --help (usage printed), or 2 on a usage error. */
 static int bench_parse(struct bench_opts *o, int argc, char **argv)
 {
     memset(o, 0, sizeof *o);
     parse_list("512,2048,8192,32768", o->prompt_lens, &o->n_prompt_lens);
     parse_list("0,4096,32768", o->depths, &o->n_depths);
+    parse_list("1", o->batches, &o->n_batches);
     o->gen = 128;
     o->chunk = 2048;
     o->kv_type = "f16";
@@ -116,6 +129,8 @@ static int bench_parse(struct bench_opts *o, int argc, char **argv)
             ok = parse_list(argv[++i], o->prompt_lens, &o->n_prompt_lens) == CS_OK;
         else if (v && !strcmp(a, "--depths"))
             ok = parse_list(argv[++i], o->depths, &o->n_depths) == CS_OK;
+        else if (v && !strcmp(a, "--batch"))
+            ok = parse_list(argv[++i], o->batches, &o->n_batches) == CS_OK && batches_ok(o);
         else if (v && !strcmp(a, "--gen"))
             ok = (o->gen = atoi(argv[++i])) > 0;
         else if (v && !strcmp(a, "--chunk"))
@@ -419,14 +434,7 @@ static int bench_kernels(const struct bench_opts *o, const struct cuda_probe *p)
 #if defined(CS_HAVE_CUDA) && !defined(CS_BENCH_KERNELS_ONLY)
 /* ---- --model: whole-model prefill and decode ---- */
 
-struct mcount {
-    double trunk_params;    /* prefill: 2 int8 ops each per token */
-    double read_bytes;      /* decode: projection weights + LM head per token */
-    double kv_bytes_per_pos;/* all attention layers, K and V, at the KV type's size */
-    double gdn_state_bytes; /* read + written per token */
-};
-
-static void model_count(struct mcount *mc, const struct cs_model *m, double kv_elem_bytes)
+void bench_model_count(struct mcount *mc, const struct cs_model *m, double kv_elem_bytes)
 {
     memset(mc, 0, sizeof *mc);
     const struct cs_hparams *hp = &m->hp;
@@ -448,7 +456,7 @@ static void model_count(struct mcount *mc, const struct cs_model *m, double kv_e
 }
 
 /* Run n tokens from position pos0 in chunks; the last chunk samples. */
-static int model_run(struct cli_session *s, int32_t *tokens, int n, int pos0, int chunk, int32_t *next)
+int bench_model_run(struct cli_session *s, int32_t *tokens, int n, int pos0, int chunk, int32_t *next)
 {
     struct cs_sample_params sp;
     memset(&sp, 0, sizeof sp);
@@ -481,10 +489,15 @@ static int bench_model(const struct bench_opts *o, const struct cuda_probe *p)
         max_ctx = o->prompt_lens[i] > max_ctx ? o->prompt_lens[i] : max_ctx;
     for (int i = 0; i < o->n_depths; i++)
         max_ctx = o->depths[i] + 1 + o->gen > max_ctx ? o->depths[i] + 1 + o->gen : max_ctx;
+    int max_b = 1;
+    for (int i = 0; i < o->n_batches; i++)
+        max_b = o->batches[i] > max_b ? o->batches[i] : max_b;
     char dev[16];
     snprintf(dev, sizeof dev, "%d", o->device);
-    struct cli_session_options so = {.model_path = o->model, .device = dev, .max_tokens = o->chunk,
-                                     .max_ctx = max_ctx + 1, .no_cuda_graphs = o->no_cuda_graphs,
+    struct cli_session_options so = {.model_path = o->model, .device = dev,
+                                     .max_tokens = o->chunk > max_b ? o->chunk : max_b,
+                                     .max_ctx = max_ctx + 1, .n_seqs = max_b,
+                                     .n_spare_slots = 1, .no_cuda_graphs = o->no_cuda_graphs,
                                      .no_cuda_pdl = o->no_cuda_pdl,
                                      .kv_type = o->kv_type};
     struct cli_session s;
@@ -495,14 +508,14 @@ static int bench_model(const struct bench_opts *o, const struct cuda_probe *p)
         return 1;
     }
     struct mcount mc;
-    model_count(&mc, s.m, s.kv_type == CS_DTYPE_F16 ? 2.0 : 4.0);
+    bench_model_count(&mc, s.m, s.kv_type == CS_DTYPE_F16 ? 2.0 : 4.0);
     int32_t *tokens = malloc(sizeof(int32_t) * (size_t)max_ctx);
     for (int i = 0; tokens && i < max_ctx; i++)
         tokens[i] = (int32_t)(krand() % (uint64_t)(s.m->hp.n_vocab < 150000 ? s.m->hp.n_vocab : 150000));
     int32_t next = 0;
     rc = tokens ? state_slot_reset(s.st, 0) : CS_ENOMEM;
     if (rc == CS_OK)   /* warm-up */
-        rc = model_run(&s, tokens, 64 < max_ctx ? 64 : max_ctx, 0, o->chunk, &next);
+        rc = bench_model_run(&s, tokens, 64 < max_ctx ? 64 : max_ctx, 0, o->chunk, &next);
     if (o->json)
         printf(",\"model\":{\"file\":\"%s\",\"trunk_params\":%.0f,\"prefill\":[", o->model, mc.trunk_params);
     else
@@ -514,7 +527,7 @@ static int bench_model(const struct bench_opts *o, const struct cuda_probe *p)
         if ((rc = state_slot_reset(s.st, 0)) != CS_OK)
             break;
         double t0 = cli_now_s();
-        if ((rc = model_run(&s, tokens, n, 0, o->chunk, &next)) != CS_OK)
+        if ((rc = bench_model_run(&s, tokens, n, 0, o->chunk, &next)) != CS_OK)
             break;
         double tps = n / (cli_now_s() - t0);
         double ratio = tps * 2.0 * mc.trunk_params / (p->dp4a_tops * 1e12);
@@ -525,32 +538,12 @@ static int bench_model(const struct bench_opts *o, const struct cuda_probe *p)
     }
     if (o->json)
         printf("],\"decode\":[");
-    for (int i = 0; i < o->n_depths && rc == CS_OK; i++) {
-        int d = o->depths[i];
-        if ((rc = state_slot_reset(s.st, 0)) != CS_OK)
-            break;
-        if (d > 0 && (rc = model_run(&s, tokens, d, 0, o->chunk, &next)) != CS_OK)
-            break;
-        /* One untimed step first: it records the step's graph for this
-         * context's attention-split bucket and loads (or, for a build of an
-         * older target, JIT-compiles) the decode kernels; the figure is the
-         * steady state. */
-        if ((rc = model_run(&s, &next, 1, d, 1, &next)) != CS_OK)
-            break;
-        double t0 = cli_now_s();
-        for (int g = 0; g < o->gen && rc == CS_OK; g++)
-            rc = model_run(&s, &next, 1, d + 1 + g, 1, &next);
-        if (rc)
-            break;
-        double tps = o->gen / (cli_now_s() - t0);
-        double bytes = mc.read_bytes + mc.gdn_state_bytes + mc.kv_bytes_per_pos * (d + 1 + o->gen / 2.0);
-        double ratio = tps * bytes / (p->read_gbps * 1e9);
-        if (o->json)
-            printf("%s{\"depth\":%d,\"tok_s\":%.2f,\"bytes_per_token\":%.0f,\"ratio\":%.4f}", i ? "," : "", d,
-                   tps, bytes, ratio);
-        else
-            printf("decode at depth %6d: %8.2f tok/s  %.2f GB/token  %5.1f%% of read bandwidth\n", d, tps,
-                   bytes / 1e9, 100 * ratio);
+    bool same = true;
+    if (rc == CS_OK) {
+        struct bench_decode_opts dop = {.depths = o->depths, .n_depths = o->n_depths,
+                                        .batches = o->batches, .n_batches = o->n_batches,
+                                        .gen = o->gen, .chunk = o->chunk, .json = o->json};
+        rc = bench_decode(&s, &dop, &mc, p->read_gbps, tokens, &same);
     }
     if (o->json)
         printf("]}");
@@ -558,6 +551,11 @@ static int bench_model(const struct bench_opts *o, const struct cuda_probe *p)
     cli_session_close(&s);
     if (rc) {
         fprintf(stderr, "cmpserve bench: model run failed: %s\n", cs_strerror(rc));
+        return 1;
+    }
+    if (!same) {   /* after the figures: they are still worth reading */
+        fprintf(stderr, "cmpserve bench: batched decode changed tokens (kernels/numerics.h "
+                        "promises the same bits at any batch size)\n");
         return 1;
     }
     return 0;

@@ -256,6 +256,8 @@ int cli_session_open(struct cli_session *s, const struct cli_session_options *o,
         s->m = NULL;
         goto fail;
     }
+    s->n_seqs = o->n_seqs > 0 ? o->n_seqs : 1;
+    s->n_spare_slots = o->n_spare_slots > 0 ? o->n_spare_slots : 0;
     if (o->max_ctx > 0 && (rc = cli_session_state(s, o->max_tokens, o->max_ctx, err)))
         goto fail;
     return CS_OK;
@@ -272,16 +274,22 @@ int cli_session_state(struct cli_session *s, int max_tokens, int max_ctx, struct
         state_destroy(s->st);
         s->st = NULL;
     }
+    int n_seqs = s->n_seqs > 0 ? s->n_seqs : 1;
+    int per_seq = (max_ctx + CLI_PAGE_SIZE - 1) / CLI_PAGE_SIZE;
+    if (per_seq < 1)
+        per_seq = 1;
+    if ((size_t)per_seq * n_seqs > INT32_MAX)
+        return cs_error_set(err, CS_EINVAL, "%d sequences of %d positions: too many KV pages",
+                            n_seqs, max_ctx);
     struct cs_state_config cfg = {
         .max_tokens = max_tokens < 1 ? 1 : max_tokens,
-        .n_slots = 1,
-        .kv_pages = (max_ctx + CLI_PAGE_SIZE - 1) / CLI_PAGE_SIZE,
+        .n_slots = n_seqs + s->n_spare_slots,
+        .kv_pages = per_seq * n_seqs,
         .page_size = CLI_PAGE_SIZE,
         .kv_type = s->kv_type ? s->kv_type : CS_DTYPE_F32,
     };
-    if (cfg.kv_pages < 1)
-        cfg.kv_pages = 1;
-    s->max_pages = cfg.kv_pages;
+    s->max_pages = per_seq;
+    s->page_size = CLI_PAGE_SIZE;
     int rc = state_create(&s->st, s->m, &cfg, err);
     if (rc) {
         if (!err->msg[0])

@@ -77,20 +77,27 @@ struct cli_session_options {
     bool no_cuda_pdl;        /* plain kernel launches (pdl_enable off) */
     bool need_tokenizer;
     int max_tokens;          /* largest batch of one forward call */
-    int max_ctx;             /* positions the one sequence may reach */
+    int max_ctx;             /* positions each sequence may reach */
+    int n_seqs;              /* sequences the state holds (0: 1), each max_ctx positions of KV
+                              * pages (sequence i: pages [i max_pages, (i + 1) max_pages)) and
+                              * GDN slot i */
+    int n_spare_slots;       /* GDN slots after those (snapshots: state_slot_copy) */
     const char *kv_type;     /* "f32", "f16", or NULL / "auto": f16 on a GPU, f32 on the CPU
                               * (the rule of serve's kv_type, so generate and bench measure
                               * what serve runs) */
 };
 
-/* The whole model on one backend with one sequence slot (slot 0, reset). */
+/* The whole model on one backend with one sequence slot (slot 0, reset),
+ * or n_seqs of them. */
 struct cli_session {
     struct gguf_file *f;
     struct cs_backend *be;
     struct cs_model *m;
     struct cs_state *st;
     struct tokenizer *tok;   /* when need_tokenizer */
-    int max_pages;           /* KV pages of the sequence (the batch's page table) */
+    int max_pages;           /* KV pages of a sequence (the batch's page table) */
+    int page_size;           /* positions per KV page */
+    int n_seqs, n_spare_slots;   /* from the options (n_seqs >= 1) */
     uint32_t kv_type;        /* CS_DTYPE_F32 or CS_DTYPE_F16 (from the options) */
 };
 
@@ -100,8 +107,9 @@ struct cli_session {
  * far is closed. s is zeroed first. */
 int cli_session_open(struct cli_session *s, const struct cli_session_options *o,
                      struct cs_error *err);
-/* Create the state for one sequence (slot 0, reset): batches of up to
- * max_tokens, positions up to max_ctx. Replaces a state created before. */
+/* Create the state for the session's sequences (slot 0 reset): batches of
+ * up to max_tokens, positions up to max_ctx each. Replaces a state created
+ * before. */
 int cli_session_state(struct cli_session *s, int max_tokens, int max_ctx, struct cs_error *err);
 /* Close whatever is open; s may be partly opened or zeroed. */
 void cli_session_close(struct cli_session *s);

@@ -106,6 +106,11 @@ void state_destroy(struct cs_state *st);
 int state_slot_reset(struct cs_state *st, int slot);
 /* Copy a slot's GDN state (snapshot / restore for prefix caching). */
 int state_slot_copy(struct cs_state *st, int dst_slot, int src_slot);
+/* Copy KV pages [src_page, src_page + n_pages) to [dst_page, ..) in every
+ * attention layer of the slice (a sequence's KV given to another: with
+ * state_slot_copy, a second sequence continuing from the same prefix).
+ * Ranges past kv_pages or overlapping: CS_EINVAL. */
+int state_kv_pages_copy(struct cs_state *st, int dst_page, int src_page, int n_pages);
 /* Bytes a configuration needs on the device (for capacity planning). */
 uint64_t state_bytes(const struct cs_model *m, const struct cs_state_config *cfg);
 

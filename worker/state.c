@@ -274,3 +274,27 @@ int state_slot_copy(struct cs_state *st, int dst_slot, int src_slot)
     }
     return CS_OK;
 }
+
+int state_kv_pages_copy(struct cs_state *st, int dst_page, int src_page, int n_pages)
+{
+    if (!st || n_pages < 0 || dst_page < 0 || src_page < 0 ||
+        dst_page > st->cfg.kv_pages - n_pages || src_page > st->cfg.kv_pages - n_pages)
+        return CS_EINVAL;
+    /* overlapping ranges would depend on the backend's copy order */
+    if (n_pages == 0 || dst_page == src_page)
+        return CS_OK;
+    if (dst_page < src_page + n_pages && src_page < dst_page + n_pages)
+        return CS_EINVAL;
+    struct cs_backend *be = st->m->be;
+    size_t pb = kv_page_bytes(&st->m->hp, &st->cfg);
+    for (int l = st->m->layer_begin; l < st->m->layer_end; l++) {
+        if (st->m->hp.recurrent[l])
+            continue;
+        char *pages = st->kv[l].pages;
+        int rc = be->copy(be, pages + (size_t)dst_page * pb, pages + (size_t)src_page * pb,
+                          (size_t)n_pages * pb);
+        if (rc)
+            return rc;
+    }
+    return CS_OK;
+}

@@ -241,6 +241,68 @@ static void test_model_slot_snapshot_restore(void)
     harness_close(&h);
 }
 
+/* state_kv_pages_copy with state_slot_copy hands one sequence's prefix to
+ * another: both then decode the same tokens to bitwise the same logits, in
+ * one batch. A control sequence given only the GDN slot (its KV pages left
+ * unwritten) must differ, so the KV copy is what makes them equal. Ranges
+ * past the cache or overlapping are refused. */
+static void test_model_kv_pages_copy(void)
+{
+    struct harness h;
+    if (!open_or_fail(&h, path_q8, false))
+        return;
+    enum { NP = N_PROMPT + 8, NC = 4 };   /* a prefix over two pages of H_PAGE_SIZE */
+    int32_t prefix[NP];
+    memcpy(prefix, prompt, sizeof prompt);
+    memcpy(prefix + N_PROMPT, other, 8 * sizeof(int32_t));
+    float *buf = malloc(sizeof(float) * NP * FX_VOCAB);
+    float *three = malloc(sizeof(float) * 3 * NC * FX_VOCAB);
+    CHECK(buf && three);
+    if (!buf || !three)
+        goto out;
+    struct hseq a, b, c;
+    struct hbatch hb;
+    harness_seq_start(&h, &a, 0);
+    harness_seq_start(&h, &b, 1);
+    harness_seq_start(&h, &c, 2);
+    hbatch_init(&hb);
+    CHECK_EQ_INT(hbatch_add(&h, &hb, &a, prefix, NP), 0);
+    CHECK_EQ_INT(harness_logits(&h, &hb, buf), CS_OK);
+    int need = kv_pages_for_tokens(NP, H_PAGE_SIZE);
+    CHECK_EQ_INT(need, 2);
+    CHECK_EQ_INT(kv_pages_alloc(&h.pages, b.pages, 0, need), 0);
+    CHECK_EQ_INT(kv_pages_alloc(&h.pages, c.pages, 0, need), 0);
+    b.n_pages = c.n_pages = need;
+    b.pos = c.pos = NP;
+    for (int s = 0; s < h.n_stages; s++) {
+        for (int i = 0; i < need; i++)
+            CHECK_EQ_INT(state_kv_pages_copy(h.st[s], b.pages[i], a.pages[i], 1), CS_OK);
+        CHECK_EQ_INT(state_slot_copy(h.st[s], 1, 0), CS_OK);
+        CHECK_EQ_INT(state_slot_copy(h.st[s], 2, 0), CS_OK);   /* c: the slot only */
+    }
+    hbatch_init(&hb);
+    CHECK_EQ_INT(hbatch_add(&h, &hb, &a, other + 8, NC), 0);
+    CHECK_EQ_INT(hbatch_add(&h, &hb, &b, other + 8, NC), 0);
+    CHECK_EQ_INT(hbatch_add(&h, &hb, &c, other + 8, NC), 0);
+    CHECK_EQ_INT(harness_logits(&h, &hb, three), CS_OK);
+    size_t one = (size_t)NC * FX_VOCAB;
+    CHECK(memcmp(three, three + one, one * sizeof(float)) == 0);
+    CHECK(memcmp(three, three + 2 * one, one * sizeof(float)) != 0);
+    CHECK_EQ_INT(state_kv_pages_copy(h.st[0], H_KV_PAGES - 1, 0, 2), CS_EINVAL);
+    CHECK_EQ_INT(state_kv_pages_copy(h.st[0], 0, H_KV_PAGES - 1, 2), CS_EINVAL);
+    CHECK_EQ_INT(state_kv_pages_copy(h.st[0], 1, 0, 2), CS_EINVAL);   /* overlapping */
+    CHECK_EQ_INT(state_kv_pages_copy(h.st[0], -1, 0, 1), CS_EINVAL);
+    CHECK_EQ_INT(state_kv_pages_copy(h.st[0], 0, 1, -1), CS_EINVAL);
+    CHECK_EQ_INT(state_kv_pages_copy(h.st[0], 3, 3, 1), CS_OK);
+    harness_seq_end(&h, &a);
+    harness_seq_end(&h, &b);
+    harness_seq_end(&h, &c);
+out:
+    free(buf);
+    free(three);
+    harness_close(&h);
+}
+
 static void test_model_greedy_sampling(void)
 {
     struct harness h;
@@ -287,6 +349,7 @@ int main(int argc, char **argv)
     RUN(test_model_two_sequences_equal_alone);
     RUN(test_model_slices_equal_one);
     RUN(test_model_slot_snapshot_restore);
+    RUN(test_model_kv_pages_copy);
     RUN(test_model_greedy_sampling);
     unlink(path_f32);
     unlink(path_q8);
