@@ -6,7 +6,8 @@
 #      processes on the 9B preset, greedy and seeded (compared, not just
 #      printed);
 #   3. the transformers reference check on the CUDA backend;
-#   4. cmpserve bench on the 9B and 27B presets and bench --kernels;
+#   4. cmpserve bench on the 9B and 27B presets and bench --kernels; the 9B
+#      decode at batch sizes 1 to 16 (tokens equal at every size, compared);
 #   5. the pipeline bench (27B, 3 workers on GPU 0);
 #   6. where ncu exists, a decode-step profile (tests/gpu/ncu_decode_profile.py).
 # Usage: tests/gpu/device_verify.sh BIN_DIR VOCAB.tiktoken LOG_DIR [quick]
@@ -88,6 +89,10 @@ step "bench 9B"
 timeout 240 "$BIN/cmpserve" bench --model $M/9b.gguf --device 0 --prompt-lens 2048,8192,32768 --gen 64 \
     --depths 0,4096,32768 >"$LOG/bench9b.txt" 2>&1
 grep -iE "probe|model|prefill|decode" "$LOG/bench9b.txt" >>"$S"
+step "bench 9B, batched decode (every sequence's tokens equal the first row's)"
+timeout 150 "$BIN/cmpserve" bench --model $M/9b.gguf --device 0 --prompt-lens 512 --gen 32 \
+    --depths 0,4096,32768 --batch 1,2,4,8,16 >"$LOG/bench9b_batch.txt" 2>&1 || status=1
+grep -iE "decode|batched" "$LOG/bench9b_batch.txt" >>"$S"
 step "bench --kernels"
 timeout 120 "$BIN/cmpserve" bench --kernels --device 0 >"$LOG/bench_kernels.txt" 2>&1
 grep -iE "matmul only" "$LOG/bench_kernels.txt" >>"$S"
