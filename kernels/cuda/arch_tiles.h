@@ -44,11 +44,6 @@
 
 /* GEMV (decode): one block per group of 32 rows; lane = row. */
 #define MM_GEMV_MAX_TOKENS 8   /* tokens per GEMV launch (template 1..8) */
-#ifndef MM_SEG_AUTO_MAX_NT
-#define MM_SEG_AUTO_MAX_NT 8   /* tokens a launch up to which cuda_matmul takes the segmented
-                                * GEMV (gemv_seg.cu) over the plain one (a build option for A/B
-                                * runs: 1 was the choice until the twenty-sixth session) */
-#endif
 #ifndef MM_GEMV_MIN_BLOCKS
 #define MM_GEMV_MIN_BLOCKS 1   /* resident 512-thread blocks per SM asked of the compiler (n <= 2) */
 #endif

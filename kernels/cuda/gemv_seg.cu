@@ -40,12 +40,7 @@
 static_assert(SEG_WARPS == SEG_AN_WARPS, "seg_addnorm.cuh plays 4 norm warps per loader warp");
 #define SEG_THREADS (SEG_WARPS * 32 + 32)   /* loader warps and the tail warp */
 #define SEG_BLOCKS_PER_SM 3          /* the __launch_bounds__ below (4 spilled at 56 registers) */
-#define SEG_MAX_NT 8                 /* tokens per launch (shared memory: below) */
-/* Buffers of block dots: two (the tail warp folds one group while the
- * loader warps fill the next) up to 4 tokens; one above, where two would
- * exceed 48 KB of static shared memory (one more barrier a group; a batch
- * of 5-8 decode tokens then reads the weights once instead of twice). */
-#define SEG_NBUF(NT) ((NT) > 4 ? 1 : 2)
+#define SEG_MAX_NT 4                 /* tokens per launch (shared memory) */
 #define SEG_MAX_UNITS 8192           /* row groups per launch (tickets in the workspace) */
 #define SEG_CL_FLOATS 2048           /* partials a block of a cluster launch receives (8 KB) */
 #ifndef SEG_CL_MAX
@@ -221,10 +216,9 @@ static __global__ void __launch_bounds__(SEG_THREADS, SEG_BLOCKS_PER_SM)
                     float *part, int *tickets)
 {
     __shared__ float recv[CL ? SEG_CL_FLOATS / (NT * 32) : 1][NT][32];   /* CL: slots */
-    const int NBUF = SEG_NBUF(NT);
-    __shared__ float terms[NBUF][SEG][NT][32];   /* block dots, exact as float */
-    __shared__ float wscale[NBUF][SEG][32];      /* d_w of (block, row) */
-    __shared__ float xscale[NBUF][SEG][NT];      /* d_x of (block, token) */
+    __shared__ float terms[2][SEG][NT][32];   /* block dots, exact as float */
+    __shared__ float wscale[2][SEG][32];      /* d_w of (block, row) */
+    __shared__ float xscale[2][SEG][NT];      /* d_x of (block, token) */
     __shared__ __align__(16) int8_t xs[XS ? NT * SEG * 32 : 16];
     __shared__ float xds[XS ? NT * SEG : 1];
     __shared__ float ssw[AN ? SEG_WARPS : 1];     /* AN: this block's span sums */
@@ -272,9 +266,7 @@ static __global__ void __launch_bounds__(SEG_THREADS, SEG_BLOCKS_PER_SM)
         else if (!CL && lane == 0)
             seg_ss[blockIdx.x] = ss;
     }
-    for (int it = 0, gi = 0; unit < units; unit += ustride, it = (it + 1) % NBUF, gi++) {
-        if (NBUF == 1)
-            __syncthreads();   /* the tail warp is done with the previous group's terms */
+    for (int it = 0, gi = 0; unit < units; unit += ustride, it ^= 1, gi++) {
         if (!tail) {
 #pragma unroll
             for (int j = 0; j < SEG_BPW; j++) {
@@ -306,7 +298,7 @@ static __global__ void __launch_bounds__(SEG_THREADS, SEG_BLOCKS_PER_SM)
             if (unit + ustride < units)   /* the next group's weights fly from here */
                 seg_load(ps, unit + ustride, nb, b0, warp, lane, wv0, wv1, wd);
         }
-        /* terms[it] complete; (two buffers) the tail warp is done with the other */
+        /* terms[it] complete; the tail warp is done with terms[it ^ 1] */
         __syncthreads();
         if (!tail)
             continue;
@@ -620,7 +612,7 @@ cudaError_t gemv_seg_launch(int nt, const struct mm_parts &ps, int units, const 
         (pro.kind == CUDA_MM_PRO_ADD_RMSNORM &&
          (n_in > NORM_THREADS * NORM_NPT || !pro.x_out || !pro.norm_w)))
         return cudaErrorInvalidValue;
-    if (nt > SEG_MAX_NT) {   /* more tokens than an instance has: two launches */
+    if (nt > SEG_MAX_NT) {   /* double-buffered terms of 8 tokens exceed 48 KB: two launches */
         struct mm_parts rest = ps;
         for (int i = 0; i < ps.n; i++)
             rest.p[i].y = ps.p[i].y + (size_t)SEG_MAX_NT * ps.p[i].n_out;
@@ -671,11 +663,7 @@ cudaError_t gemv_seg_launch(int nt, const struct mm_parts &ps, int units, const 
     case 1: return seg_launch_nt<1, false>(ps, units, n_seg, grid, x, pro, xq, xd, n_in, nb, part, tickets, s);
     case 2: return seg_launch_nt<2, false>(ps, units, n_seg, grid, x, pro, xq, xd, n_in, nb, part, tickets, s);
     case 3: return seg_launch_nt<3, false>(ps, units, n_seg, grid, x, pro, xq, xd, n_in, nb, part, tickets, s);
-    case 4: return seg_launch_nt<4, false>(ps, units, n_seg, grid, x, pro, xq, xd, n_in, nb, part, tickets, s);
-    case 5: return seg_launch_nt<5, false>(ps, units, n_seg, grid, x, pro, xq, xd, n_in, nb, part, tickets, s);
-    case 6: return seg_launch_nt<6, false>(ps, units, n_seg, grid, x, pro, xq, xd, n_in, nb, part, tickets, s);
-    case 7: return seg_launch_nt<7, false>(ps, units, n_seg, grid, x, pro, xq, xd, n_in, nb, part, tickets, s);
-    default: return seg_launch_nt<8, false>(ps, units, n_seg, grid, x, pro, xq, xd, n_in, nb, part, tickets, s);
+    default: return seg_launch_nt<4, false>(ps, units, n_seg, grid, x, pro, xq, xd, n_in, nb, part, tickets, s);
     }
 }
 

@@ -313,11 +313,11 @@ static int matmul_q8(int n, float *const *ys, const struct cs_weight *const *ws,
     int all_groups = 0;
     for (int i = 0; i < n; i++)
         all_groups += (int)((ws[i]->n_out + 31) / 32);
-    /* the segmented GEMV (gemv_seg.cu) up to its ticket limit (8,192 row
-     * groups: the LM head of a 248K vocabulary fits), for up to
-     * MM_SEG_AUTO_MAX_NT tokens a launch; the plain one above (once it
-     * measured faster at 2-8 tokens: H200, 27B ffn_down at 4 tokens 46 vs
-     * 48 us, before the segmented one kept its blocks resident) */
+    /* the segmented GEMV (gemv_seg.cu) for one token, up to its ticket
+     * limit (8,192 row groups: the LM head of a 248K vocabulary fits); the
+     * plain one for 2-8 tokens, where it measured faster (H200: 27B
+     * ffn_down at 4 tokens 46 vs 48 us, gate_up 65 vs 68 us, before the
+     * segmented one kept its blocks resident) */
     bool seg = !gemm && (kernel == CUDA_MM_GEMV_SEG ||
                          (kernel == CUDA_MM_AUTO && all_groups <= gemv_seg_max_units() &&
                           nb > CS_DOT_SEG_BLOCKS));
@@ -326,7 +326,7 @@ static int matmul_q8(int n, float *const *ys, const struct cs_weight *const *ws,
     bool need_scratch = gemm;
     for (int t0 = 0; !gemm && t0 < n_tokens; t0 += MM_GEMV_MAX_TOKENS) {
         int nt = n_tokens - t0 < MM_GEMV_MAX_TOKENS ? n_tokens - t0 : MM_GEMV_MAX_TOKENS, warps;
-        if (!gemv_plan(tiles, nt, n_in, &warps) || (seg && nt > 1))
+        if (!gemv_plan(tiles, nt, n_in, &warps) || (kernel == CUDA_MM_GEMV_SEG && nt > 1))
             need_scratch = true;
     }
     const int8_t *xq = (const int8_t *)scratch;
@@ -366,7 +366,7 @@ static int matmul_q8(int n, float *const *ys, const struct cs_weight *const *ws,
             pt.p[i].y = ys[i] + (size_t)t0 * ws[i]->n_out;
         pt.rs = rs ? rs + t0 : NULL;
         const float *xt = x + (size_t)t0 * n_in;
-        if (seg && (nt <= MM_SEG_AUTO_MAX_NT || kernel == CUDA_MM_GEMV_SEG)) {
+        if (seg && (nt == 1 || kernel == CUDA_MM_GEMV_SEG)) {
             cudaError_t e = gemv_seg_launch(nt, pt, units, xt, xq + (size_t)t0 * n_in,
                                             xd + (size_t)t0 * nb, n_in, nb, nt == 1 && xs, s);
             if (e == cudaSuccess)
