@@ -1,6 +1,6 @@
 /* bench_model.h - what `cmpserve bench --model`'s parts share (tools/bench.c:
  * options, probes, prefill; tools/bench_decode.c: decode per depth and batch
- * size). Only in builds with the CUDA backend and the whole engine. */
+ * size; tools/bench_model.c: the helpers below). Only bench.c needs CUDA. */
 #ifndef CS_TOOLS_BENCH_MODEL_H
 #define CS_TOOLS_BENCH_MODEL_H
 
