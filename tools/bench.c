@@ -12,8 +12,9 @@
  * random weights rotated through more memory than the L2 holds, and sums them
  * into matmul-only decode/prefill ceilings of the whole model. --model loads a
  * GGUF on one GPU and times prefill per prompt length and decode per context
- * depth and batch size (tools/bench_decode.c). Every figure is printed beside its ratio to the ceiling, counted as
- * hardware.md "Physics of a token" says:
+ * depth and batch size (tools/bench_decode.c). Every figure is printed
+ * beside its ratio to the ceiling, counted as hardware.md "Physics of a
+ * token" says:
  * - decode: bytes per token (projection weights and LM head + KV read at the
  *   mean depth + GDN state read and written) / measured read bandwidth;
  * - prefill: 2 x trunk parameters int8 ops per token / measured DP4A peak.
