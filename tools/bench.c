@@ -57,12 +57,15 @@ struct bench_opts {
     bool no_cuda_graphs;   /* decode steps eager (compare with the default: graphs on) */
     bool no_cuda_pdl;      /* plain launches (compare with the default: PDL on sm_90+) */
     const char *kv_type;   /* "f16" (default: what serve runs on a GPU) or "f32" */
+    int ktokens[BENCH_MAX_LIST], n_ktokens;   /* --kernels: tokens a call */
+    int mm_kernels[4], n_mm_kernels;          /* --kernels: enum cuda_mm_kernel values timed */
 };
 
 static void bench_usage(FILE *out)
 {
     fprintf(out,
-            "usage: cmpserve bench --kernels [--json] [--device N]\n"
+            "usage: cmpserve bench --kernels [--kernel-tokens 1,4,8,16,512,2048]\n"
+            "                      [--mm-kernels auto,gemv,seg,gemm] [--json] [--device N]\n"
             "       cmpserve bench --model FILE [--prompt-lens 512,2048,8192,32768] [--gen 128]\n"
             "                      [--depths 0,4096,32768] [--batch 1] [--chunk 2048] [--json]\n"
             "                      [--device N]\n"
@@ -86,12 +89,47 @@ static int parse_list(const char *s, int *out, int *n)
     return *n > 0 ? CS_OK : CS_EINVAL;
 }
 
+/* --mm-kernels: names of enum cuda_mm_kernel (kernels/cuda/matmul.h). */
+static int parse_mm_kernels(const char *s, int *out, int *n)
+{
+    static const char *const names[] = {"auto", "gemv", "gemm", "seg"};
+    *n = 0;
+    while (*s) {
+        size_t len = strcspn(s, ",");
+        int k = -1;
+        for (int i = 0; i < 4; i++)
+            if (strlen(names[i]) == len && !strncmp(s, names[i], len))
+                k = i;
+        if (k < 0 || *n >= 4)
+            return CS_EINVAL;
+        out[(*n)++] = k;
+        s += len;
+        if (*s == ',')
+            s++;
+    }
+    return *n > 0 ? CS_OK : CS_EINVAL;
+}
+
+static const char *mm_kernel_name(int k)
+{
+    return k == 1 ? "gemv" : k == 2 ? "gemm" : k == 3 ? "seg" : "auto";
+}
+
 /* Decode batch sizes: 1 to BENCH_MAX_BATCH sequences. */
 #define BENCH_MAX_BATCH 64
 static bool batches_ok(const struct bench_opts *o)
 {
     for (int i = 0; i < o->n_batches; i++)
         if (o->batches[i] < 1 || o->batches[i] > BENCH_MAX_BATCH)
+            return false;
+    return true;
+}
+
+/* --kernel-tokens: 1 to 2048 tokens a call (the kernel bench's buffers). */
+static bool ktokens_ok(const struct bench_opts *o)
+{
+    for (int i = 0; i < o->n_ktokens; i++)
+        if (o->ktokens[i] < 1 || o->ktokens[i] > 2048)
             return false;
     return true;
 }
@@ -103,6 +141,8 @@ static int bench_parse(struct bench_opts *o, int argc, char **argv)
     parse_list("512,2048,8192,32768", o->prompt_lens, &o->n_prompt_lens);
     parse_list("0,4096,32768", o->depths, &o->n_depths);
     parse_list("1", o->batches, &o->n_batches);
+    parse_list("1,4,8,16,512,2048", o->ktokens, &o->n_ktokens);
+    parse_mm_kernels("auto", o->mm_kernels, &o->n_mm_kernels);
     o->gen = 128;
     o->chunk = 2048;
     o->kv_type = "f16";
@@ -132,6 +172,10 @@ static int bench_parse(struct bench_opts *o, int argc, char **argv)
             ok = parse_list(argv[++i], o->depths, &o->n_depths) == CS_OK;
         else if (v && !strcmp(a, "--batch"))
             ok = parse_list(argv[++i], o->batches, &o->n_batches) == CS_OK && batches_ok(o);
+        else if (v && !strcmp(a, "--kernel-tokens"))
+            ok = parse_list(argv[++i], o->ktokens, &o->n_ktokens) == CS_OK && ktokens_ok(o);
+        else if (v && !strcmp(a, "--mm-kernels"))
+            ok = parse_mm_kernels(argv[++i], o->mm_kernels, &o->n_mm_kernels) == CS_OK;
         else if (v && !strcmp(a, "--gen"))
             ok = (o->gen = atoi(argv[++i])) > 0;
         else if (v && !strcmp(a, "--chunk"))
@@ -202,8 +246,6 @@ static const struct kcase kcases[] = {
 };
 #define N_KCASES ((int)(sizeof kcases / sizeof kcases[0]))
 
-static const int ktokens[] = {1, 4, 8, 16, 512, 2048};
-#define N_KTOKENS ((int)(sizeof ktokens / sizeof ktokens[0]))
 #define KCOPY_TARGET_BYTES ((size_t)512 << 20)   /* rotate weights through > 8x a 60 MB L2 */
 #define KCOPIES_MAX 8
 
@@ -281,9 +323,9 @@ static void kset_destroy(struct kset *s, const struct kcase *c)
     memset(s, 0, sizeof *s);
 }
 
-/* Median seconds per call of cuda_matmul over the rotated copies. */
+/* Median seconds per call of cuda_matmul_with(kernel) over the rotated copies. */
 static int ktime(double *sec, struct kset *s, const struct kcase *c, int nt, float *x, float *y,
-                 void *scratch, size_t scratch_bytes)
+                 void *scratch, size_t scratch_bytes, enum cuda_mm_kernel kernel)
 {
     float *ys[4];
     size_t off = 0;
@@ -298,10 +340,11 @@ static int ktime(double *sec, struct kset *s, const struct kcase *c, int nt, flo
     cudaEvent_t e0, e1;
     cudaEventCreate(&e0);
     cudaEventCreate(&e1);
-    int rc = cuda_matmul(c->n, ys, ws[0], x, nt, scratch, scratch_bytes, NULL);
+    int rc = cuda_matmul_with(c->n, ys, ws[0], x, nt, scratch, scratch_bytes, NULL, kernel);
     float ms = 0;
     cudaEventRecord(e0, NULL);
-    rc = rc ? rc : cuda_matmul(c->n, ys, ws[1 % s->copies], x, nt, scratch, scratch_bytes, NULL);
+    rc = rc ? rc : cuda_matmul_with(c->n, ys, ws[1 % s->copies], x, nt, scratch, scratch_bytes, NULL,
+                                    kernel);
     cudaEventRecord(e1, NULL);
     cudaEventSynchronize(e1);
     cudaEventElapsedTime(&ms, e0, e1);
@@ -311,7 +354,8 @@ static int ktime(double *sec, struct kset *s, const struct kcase *c, int nt, flo
     for (int trial = 0; trial < 3 && rc == CS_OK; trial++) {
         cudaEventRecord(e0, NULL);
         for (int r = 0; r < reps && rc == CS_OK; r++)
-            rc = cuda_matmul(c->n, ys, ws[r % s->copies], x, nt, scratch, scratch_bytes, NULL);
+            rc = cuda_matmul_with(c->n, ys, ws[r % s->copies], x, nt, scratch, scratch_bytes, NULL,
+                                  kernel);
         cudaEventRecord(e1, NULL);
         cudaEventSynchronize(e1);
         cudaEventElapsedTime(&ms, e0, e1);
@@ -363,11 +407,15 @@ static int bench_kernels(const struct bench_opts *o, const struct cuda_probe *p)
         free(h);
     }
     struct ksum sum[2] = {{0}};
+    /* a decode step's matrix calls per model, tokens and kernel, and with the
+     * fastest kernel of each call (what a per-shape choice would reach) */
+    static double step[2][BENCH_MAX_LIST][5];
+    memset(step, 0, sizeof step);
     if (o->json)
         printf(",\"kernels\":[");
     else
-        printf("\n%-4s %-12s %6s %10s %10s %9s %8s\n", "", "case", "tokens", "us/call", "GB/s|TOPS",
-               "ratio", "copies");
+        printf("\n%-4s %-12s %6s %-6s %10s %10s %9s %8s\n", "", "case", "tokens", "kernel", "us/call",
+               "GB/s|TOPS", "ratio", "copies");
     int first = 1, rc = CS_OK;
     for (int c = 0; c < N_KCASES && rc == CS_OK; c++) {
         const struct kcase *kc = &kcases[c];
@@ -377,45 +425,69 @@ static int bench_kernels(const struct bench_opts *o, const struct cuda_probe *p)
             break;
         }
         int mi = strcmp(kc->model, "9B") == 0 ? 0 : 1;
-        for (int k = 0; k < N_KTOKENS && rc == CS_OK; k++) {
-            int nt = ktokens[k];
+        for (int k = 0; k < o->n_ktokens && rc == CS_OK; k++) {
+            int nt = o->ktokens[k];
             if (!kc->prefill && nt > 16)
                 continue;
-            double sec = 0;
-            if ((rc = ktime(&sec, &s, kc, nt, x, y, scratch, scratch_bytes)) != CS_OK)
-                break;
-            bool mem = nt <= 16;
-            double rate = mem ? s.bytes / sec / 1e9 : 2.0 * s.params * nt / sec / 1e12;
-            double ratio = mem ? rate / p->read_gbps : rate / p->dp4a_tops;
-            if (nt == 1) {
-                sum[mi].dec_time += kc->per_token * sec;
-                sum[mi].dec_bytes += kc->per_token * (double)s.bytes;
+            double best = 0;
+            for (int m = 0; m < o->n_mm_kernels && rc == CS_OK; m++) {
+                enum cuda_mm_kernel kern = (enum cuda_mm_kernel)o->mm_kernels[m];
+                double sec = 0;
+                if ((rc = ktime(&sec, &s, kc, nt, x, y, scratch, scratch_bytes, kern)) != CS_OK)
+                    break;
+                step[mi][k][m] += kc->per_token * sec;
+                best = m == 0 || sec < best ? sec : best;
+                if (m == o->n_mm_kernels - 1)
+                    step[mi][k][4] += kc->per_token * best;
+                bool mem = nt <= 16;
+                double rate = mem ? s.bytes / sec / 1e9 : 2.0 * s.params * nt / sec / 1e12;
+                double ratio = mem ? rate / p->read_gbps : rate / p->dp4a_tops;
+                if (nt == 1 && kern == CUDA_MM_AUTO) {
+                    sum[mi].dec_time += kc->per_token * sec;
+                    sum[mi].dec_bytes += kc->per_token * (double)s.bytes;
+                }
+                if (nt == 2048 && kern == CUDA_MM_AUTO) {
+                    sum[mi].pre_time += kc->per_token * sec;
+                    sum[mi].pre_ops += kc->per_token * 2.0 * s.params * nt;
+                }
+                if (o->json)
+                    printf("%s{\"model\":\"%s\",\"case\":\"%s\",\"tokens\":%d,\"kernel\":\"%s\","
+                           "\"us\":%.2f,\"%s\":%.2f,\"ratio\":%.4f}",
+                           first ? "" : ",", kc->model, kc->name, nt, mm_kernel_name(kern), sec * 1e6,
+                           mem ? "gbps" : "tops", rate, ratio);
+                else
+                    printf("%-4s %-12s %6d %-6s %10.2f %10.1f %8.1f%% %8d\n", kc->model, kc->name, nt,
+                           mm_kernel_name(kern), sec * 1e6, rate, 100 * ratio, s.copies);
+                first = 0;
             }
-            if (nt == 2048) {
-                sum[mi].pre_time += kc->per_token * sec;
-                sum[mi].pre_ops += kc->per_token * 2.0 * s.params * nt;
-            }
-            if (o->json)
-                printf("%s{\"model\":\"%s\",\"case\":\"%s\",\"tokens\":%d,\"us\":%.2f,\"%s\":%.2f,\"ratio\":%.4f}",
-                       first ? "" : ",", kc->model, kc->name, nt, sec * 1e6, mem ? "gbps" : "tops", rate,
-                       ratio);
-            else
-                printf("%-4s %-12s %6d %10.2f %10.1f %8.1f%% %8d\n", kc->model, kc->name, nt, sec * 1e6,
-                       rate, 100 * ratio, s.copies);
-            first = 0;
         }
         kset_destroy(&s, kc);
     }
+    for (int mi = 0; mi < 2 && rc == CS_OK && !o->json; mi++)
+        for (int k = 0; k < o->n_ktokens; k++) {
+            if (o->ktokens[k] > 16 || step[mi][k][0] <= 0)
+                continue;
+            printf("%s matrix calls of a decode step, %2d tokens:", mi ? "27B" : "9B", o->ktokens[k]);
+            for (int m = 0; m < o->n_mm_kernels; m++)
+                printf(" %s %.3f ms", mm_kernel_name(o->mm_kernels[m]), step[mi][k][m] * 1e3);
+            if (o->n_mm_kernels > 1)
+                printf(", fastest each call %.3f ms", step[mi][k][4] * 1e3);
+            printf("\n");
+        }
     if (o->json)
         printf("],\"summary\":[");
-    for (int mi = 0; mi < 2 && rc == CS_OK; mi++) {
+    for (int mi = 0, sfirst = 1; mi < 2 && rc == CS_OK; mi++) {
+        if (sum[mi].dec_time <= 0 || sum[mi].pre_time <= 0)
+            continue;   /* --kernel-tokens without 1 or 2048 */
+        const char *sep = sfirst ? "" : ",";
+        sfirst = 0;
         const char *name = mi ? "27B" : "9B";
         double dec_tps = 1.0 / sum[mi].dec_time, dec_ratio = sum[mi].dec_bytes / sum[mi].dec_time / 1e9 / p->read_gbps;
         double pre_tps = 2048.0 / sum[mi].pre_time, pre_ratio = sum[mi].pre_ops / sum[mi].pre_time / 1e12 / p->dp4a_tops;
         if (o->json)
             printf("%s{\"model\":\"%s\",\"matmul_decode_tok_s\":%.1f,\"decode_ratio\":%.4f,"
                    "\"matmul_prefill_tok_s\":%.1f,\"prefill_ratio\":%.4f}",
-                   mi ? "," : "", name, dec_tps, dec_ratio, pre_tps, pre_ratio);
+                   sep, name, dec_tps, dec_ratio, pre_tps, pre_ratio);
         else
             printf("%s matmul only: decode %.1f tok/s (%.2f GB/token, %.1f%% of read bandwidth); "
                    "prefill@2048 %.0f tok/s (%.1f%% of DP4A peak)\n",
