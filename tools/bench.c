@@ -58,14 +58,14 @@ struct bench_opts {
     bool no_cuda_pdl;      /* plain launches (compare with the default: PDL on sm_90+) */
     const char *kv_type;   /* "f16" (default: what serve runs on a GPU) or "f32" */
     int ktokens[BENCH_MAX_LIST], n_ktokens;   /* --kernels: tokens a call */
-    int mm_kernels[5], n_mm_kernels;          /* --kernels: enum cuda_mm_kernel values timed */
+    int mm_kernels[4], n_mm_kernels;          /* --kernels: enum cuda_mm_kernel values timed */
 };
 
 static void bench_usage(FILE *out)
 {
     fprintf(out,
             "usage: cmpserve bench --kernels [--kernel-tokens 1,4,8,16,512,2048]\n"
-            "                      [--mm-kernels auto,gemv,seg,gemm,mt] [--json] [--device N]\n"
+            "                      [--mm-kernels auto,gemv,seg,gemm] [--json] [--device N]\n"
             "       cmpserve bench --model FILE [--prompt-lens 512,2048,8192,32768] [--gen 128]\n"
             "                      [--depths 0,4096,32768] [--batch 1] [--chunk 2048] [--json]\n"
             "                      [--device N]\n"
@@ -92,15 +92,15 @@ static int parse_list(const char *s, int *out, int *n)
 /* --mm-kernels: names of enum cuda_mm_kernel (kernels/cuda/matmul.h). */
 static int parse_mm_kernels(const char *s, int *out, int *n)
 {
-    static const char *const names[] = {"auto", "gemv", "gemm", "seg", "mt"};
+    static const char *const names[] = {"auto", "gemv", "gemm", "seg"};
     *n = 0;
     while (*s) {
         size_t len = strcspn(s, ",");
         int k = -1;
-        for (int i = 0; i < 5; i++)
+        for (int i = 0; i < 4; i++)
             if (strlen(names[i]) == len && !strncmp(s, names[i], len))
                 k = i;
-        if (k < 0 || *n >= 5)
+        if (k < 0 || *n >= 4)
             return CS_EINVAL;
         out[(*n)++] = k;
         s += len;
@@ -112,7 +112,7 @@ static int parse_mm_kernels(const char *s, int *out, int *n)
 
 static const char *mm_kernel_name(int k)
 {
-    return k == 1 ? "gemv" : k == 2 ? "gemm" : k == 3 ? "seg" : k == 4 ? "mt" : "auto";
+    return k == 1 ? "gemv" : k == 2 ? "gemm" : k == 3 ? "seg" : "auto";
 }
 
 /* Decode batch sizes: 1 to BENCH_MAX_BATCH sequences. */
@@ -409,7 +409,7 @@ static int bench_kernels(const struct bench_opts *o, const struct cuda_probe *p)
     struct ksum sum[2] = {{0}};
     /* a decode step's matrix calls per model, tokens and kernel, and with the
      * fastest kernel of each call (what a per-shape choice would reach) */
-    static double step[2][BENCH_MAX_LIST][6];
+    static double step[2][BENCH_MAX_LIST][5];
     memset(step, 0, sizeof step);
     if (o->json)
         printf(",\"kernels\":[");
@@ -438,7 +438,7 @@ static int bench_kernels(const struct bench_opts *o, const struct cuda_probe *p)
                 step[mi][k][m] += kc->per_token * sec;
                 best = m == 0 || sec < best ? sec : best;
                 if (m == o->n_mm_kernels - 1)
-                    step[mi][k][5] += kc->per_token * best;
+                    step[mi][k][4] += kc->per_token * best;
                 bool mem = nt <= 16;
                 double rate = mem ? s.bytes / sec / 1e9 : 2.0 * s.params * nt / sec / 1e12;
                 double ratio = mem ? rate / p->read_gbps : rate / p->dp4a_tops;
@@ -471,7 +471,7 @@ static int bench_kernels(const struct bench_opts *o, const struct cuda_probe *p)
             for (int m = 0; m < o->n_mm_kernels; m++)
                 printf(" %s %.3f ms", mm_kernel_name(o->mm_kernels[m]), step[mi][k][m] * 1e3);
             if (o->n_mm_kernels > 1)
-                printf(", fastest each call %.3f ms", step[mi][k][5] * 1e3);
+                printf(", fastest each call %.3f ms", step[mi][k][4] * 1e3);
             printf("\n");
         }
     if (o->json)

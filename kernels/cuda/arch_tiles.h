@@ -57,17 +57,15 @@ struct mm_arch_tiles {
     int gemv_fuse_quant_nt;/* up to this many tokens the GEMV quantizes x itself (each block
                             * redoes it, so only worth it for single-token decode) */
     int gemv_max_tokens;   /* n_tokens above which cuda_matmul uses the GEMM */
-    int gemv_mt_min_tokens;/* n_tokens from which the register GEMV (gemv_mt.cu) replaces the
-                            * plain one (0: never) */
     int gemm_kb;           /* 32-value blocks per GEMM stage asked for: 2, 4 or 8 (above) */
 };
 
 /* Ordered from newest to oldest: the first row with cc >= cc_min applies. */
 static const struct mm_arch_tiles mm_arch_tiles_table[] = {
-    {90, 8, 16, 2, 96 * 1024, 1, 16, 2, 8},  /* H100/H200: 132 SMs, 50-60 MB L2 */
-    {80, 8, 16, 2, 96 * 1024, 1, 16, 2, 4},  /* A100 / Ampere / Ada */
-    {70, 8, 16, 2, 96 * 1024, 1, 16, 2, 2},  /* V100, CMP 100-210, T4 (80 SMs, 6 MB L2) */
-    {61, 8, 16, 2, 48 * 1024, 1, 16, 2, 2},  /* P40: DP4A, no fast fp16, 48 KB per block */
+    {90, 8, 16, 2, 96 * 1024, 1, 16, 8},  /* H100/H200: 132 SMs, 50-60 MB L2 */
+    {80, 8, 16, 2, 96 * 1024, 1, 16, 4},  /* A100 / Ampere / Ada */
+    {70, 8, 16, 2, 96 * 1024, 1, 16, 2},  /* V100, CMP 100-210, T4 (80 SMs, 6 MB L2) */
+    {61, 8, 16, 2, 48 * 1024, 1, 16, 2},  /* P40: DP4A, no fast fp16, 48 KB per block */
 };
 
 static inline const struct mm_arch_tiles *mm_arch_tiles_for(int cc)

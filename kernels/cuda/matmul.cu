@@ -321,15 +321,9 @@ static int matmul_q8(int n, float *const *ys, const struct cs_weight *const *ws,
     bool seg = !gemm && (kernel == CUDA_MM_GEMV_SEG ||
                          (kernel == CUDA_MM_AUTO && all_groups <= gemv_seg_max_units() &&
                           nb > CS_DOT_SEG_BLOCKS));
-    /* the register GEMV (gemv_mt.cu) for 2-16 tokens, one launch */
-    int mt_max = n_tokens < MM_MT_MAX_TOKENS ? n_tokens : MM_MT_MAX_TOKENS;
-    bool mt = !gemm && n_tokens >= 2 && gemv_mt_fits(mt_max, n_in) &&
-              (kernel == CUDA_MM_GEMV_MT ||
-               (kernel == CUDA_MM_AUTO && tiles->gemv_mt_min_tokens > 0 &&
-                n_tokens >= tiles->gemv_mt_min_tokens));
     if (x_ready && !gemm)
         return CS_EINVAL;
-    bool need_scratch = gemm || mt;
+    bool need_scratch = gemm;
     for (int t0 = 0; !gemm && t0 < n_tokens; t0 += MM_GEMV_MAX_TOKENS) {
         int nt = n_tokens - t0 < MM_GEMV_MAX_TOKENS ? n_tokens - t0 : MM_GEMV_MAX_TOKENS, warps;
         if (!gemv_plan(tiles, nt, n_in, &warps) || (kernel == CUDA_MM_GEMV_SEG && nt > 1))
@@ -364,21 +358,7 @@ static int matmul_q8(int n, float *const *ys, const struct cs_weight *const *ws,
         CS_CUDA_CHECK(gemm_q8_launch(ps, units, xq, xd, n_in, nb, n_tokens, tiles->gemm_kb, s));
         return CS_OK;
     }
-    int t0 = 0;
-    for (; mt && n_tokens - t0 >= 2; t0 += MM_MT_MAX_TOKENS) {
-        int nt = n_tokens - t0 < MM_MT_MAX_TOKENS ? n_tokens - t0 : MM_MT_MAX_TOKENS;
-        struct mm_parts pt = ps;
-        for (int i = 0; i < n; i++)
-            pt.p[i].y = ys[i] + (size_t)t0 * ws[i]->n_out;
-        pt.rs = rs ? rs + t0 : NULL;
-        cudaError_t e = gemv_mt_launch(nt, pt, units, xq + (size_t)t0 * n_in, xd + (size_t)t0 * nb,
-                                       n_in, nb, s);
-        if (e != cudaSuccess) {
-            LOG_ERROR("matmul", "gemv_mt launch failed: %s", cudaGetErrorString(e));
-            return CS_ECUDA;
-        }
-    }
-    for (; t0 < n_tokens; t0 += MM_GEMV_MAX_TOKENS) {
+    for (int t0 = 0; t0 < n_tokens; t0 += MM_GEMV_MAX_TOKENS) {
         int nt = n_tokens - t0 < MM_GEMV_MAX_TOKENS ? n_tokens - t0 : MM_GEMV_MAX_TOKENS, warps;
         bool xs = gemv_plan(tiles, nt, n_in, &warps);
         struct mm_parts pt = ps;

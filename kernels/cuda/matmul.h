@@ -107,13 +107,7 @@ size_t cuda_row_scale_offset(int64_t n_in, int n_tokens);
 
 /* Kernel choice for Q8_0, for benches and tests: CUDA_MM_AUTO picks by shape
  * and n_tokens (all choices give bitwise equal results). */
-enum cuda_mm_kernel {
-    CUDA_MM_AUTO = 0,
-    CUDA_MM_GEMV = 1,      /* plain GEMV (matmul.cu), launches of up to 8 tokens */
-    CUDA_MM_GEMM = 2,
-    CUDA_MM_GEMV_SEG = 3,  /* segmented GEMV (gemv_seg.cu) */
-    CUDA_MM_GEMV_MT = 4,   /* register GEMV (gemv_mt.cu), 2-16 tokens a launch */
-};
+enum cuda_mm_kernel { CUDA_MM_AUTO = 0, CUDA_MM_GEMV = 1, CUDA_MM_GEMM = 2, CUDA_MM_GEMV_SEG = 3 };
 
 /* Free the segmented GEMV's workspace kept for stream (call before
  * destroying the stream; a later call on it allocates again). */

@@ -75,15 +75,6 @@ cudaError_t gemv_seg_launch(int nt, const struct mm_parts &ps, int units, const 
                             const int8_t *xq, const float *xd, int n_in, int nb, bool xs,
                             cudaStream_t s, const struct cuda_mm_pro *pro = NULL);
 
-/* The register GEMV (gemv_mt.cu): 2..MM_MT_MAX_TOKENS tokens of xq/xd (Q8_1
- * scratch) over units row groups of 32 in one launch. gemv_mt_fits: whether
- * a launch of nt tokens over n_in inputs fits its shared memory (otherwise
- * the launch returns cudaErrorInvalidValue and the caller takes another). */
-#define MM_MT_MAX_TOKENS 16
-bool gemv_mt_fits(int nt, int n_in);
-cudaError_t gemv_mt_launch(int nt, const struct mm_parts &ps, int units, const int8_t *xq,
-                           const float *xd, int n_in, int nb, cudaStream_t s);
-
 /* Row groups one segmented launch may take (its workspace's tickets). */
 int gemv_seg_max_units(void);
 

@@ -199,7 +199,7 @@ static void check_q8(int64_t n_in, int64_t n_out, int nt, int row_step, enum cud
                 bad_exact++;
         }
     fprintf(stderr, "  q8 %s n_in=%lld n_out=%lld nt=%d: canon-mismatch=%d out-of-bound=%d unwritten=%d\n",
-            k == CUDA_MM_GEMM ? "gemm" : k == CUDA_MM_GEMV_MT ? "gemv_mt" : "gemv", (long long)n_in, (long long)n_out, nt, bad_canon,
+            k == CUDA_MM_GEMM ? "gemm" : "gemv", (long long)n_in, (long long)n_out, nt, bad_canon,
             bad_exact, unwritten);
     CHECK_EQ_INT(bad_canon, 0);
     CHECK_EQ_INT(bad_exact, 0);
@@ -226,14 +226,6 @@ static void test_matmul_q8_small_shapes(void)
     check_q8(1024, 40000, 1, 5, CUDA_MM_GEMV_SEG);  /* n_seg = 1, 1,250 groups */
     check_q8(4096, 24576, 8, 9, CUDA_MM_GEMV_SEG);
     check_q8(4096, 40000, 1, 11, CUDA_MM_AUTO);     /* an LM head: auto picks the segmented one */
-    /* the register GEMV (gemv_mt.cu): one segment and a partial row group,
-     * a 1-block last segment, tokens split over two warps a segment (odd
-     * counts: the second half is shorter), several segments a warp */
-    check_q8(96, 48, 2, 1, CUDA_MM_GEMV_MT);
-    check_q8(96, 48, 3, 1, CUDA_MM_GEMV_MT);
-    check_q8(1056, 300, 5, 1, CUDA_MM_GEMV_MT);
-    check_q8(1056, 300, 16, 1, CUDA_MM_GEMV_MT);
-    check_q8(4096, 40000, 9, 11, CUDA_MM_GEMV_MT);
 }
 
 static void test_matmul_q8_9b_shapes(void)
@@ -243,9 +235,6 @@ static void test_matmul_q8_9b_shapes(void)
     check_q8(4096, 12288, 130, 301, CUDA_MM_GEMM); /* ffn_gate, a prefill chunk */
     check_q8(4096, 4096, 1, 7, CUDA_MM_GEMV_SEG);  /* ssm_out, x quantized in shared memory */
     check_q8(12288, 4096, 7, 53, CUDA_MM_GEMV_SEG);/* ffn_down, 7 tokens from scratch */
-    check_q8(4096, 4096, 8, 7, CUDA_MM_GEMV_MT);   /* ssm_out: 128 groups, tokens split */
-    check_q8(4096, 24576, 6, 13, CUDA_MM_GEMV_MT); /* gate+up: one warp a segment */
-    check_q8(12288, 4096, 16, 53, CUDA_MM_GEMV_MT);/* ffn_down, 16 tokens in one launch */
 }
 
 static void test_matmul_q8_27b_shapes(void)
@@ -256,8 +245,6 @@ static void test_matmul_q8_27b_shapes(void)
     check_q8(5120, 48, 1, 1, CUDA_MM_GEMV);        /* ssm_beta: Hv = 48 rows */
     check_q8(17408, 5120, 1, 97, CUDA_MM_GEMV_SEG);/* ffn_down, 17 segments */
     check_q8(17408, 5120, 8, 97, CUDA_MM_GEMV_SEG);
-    check_q8(17408, 5120, 13, 97, CUDA_MM_GEMV_MT);/* 17 segments over 8 warps a half */
-    check_q8(5120, 17408, 4, 211, CUDA_MM_GEMV_MT);
 }
 
 /* GEMV and GEMM bitwise equal, and a token's output independent of n_tokens. */
@@ -280,7 +267,7 @@ static void test_matmul_batch_invariance(void)
     float *ref = download(da, n_out * nmax);
     const int ns[] = {1, 2, 7, 8, 9, 16, 17, 33, 64, 65, 100};
     for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++) {
-        for (int k = 0; k < 5; k++) {   /* auto, GEMV, GEMM, segmented GEMV, register GEMV */
+        for (int k = 0; k < 4; k++) {   /* auto, GEMV, GEMM, segmented GEMV */
             CK(cudaMemset(db, 0xff, n_out * nmax * sizeof(float)));
             CHECK_EQ_INT(cuda_matmul_with(1, yb, ws, dx, ns[i], scr, sb, NULL, (enum cuda_mm_kernel)k), CS_OK);
             float *got = download(db, n_out * ns[i]);
