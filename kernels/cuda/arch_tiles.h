@@ -47,14 +47,6 @@
 #ifndef MM_GEMV_MIN_BLOCKS
 #define MM_GEMV_MIN_BLOCKS 1   /* resident 512-thread blocks per SM asked of the compiler (n <= 2) */
 #endif
-#ifndef MM_GEMV_MIN_BLOCKS_NT
-/* resident 256-thread blocks per SM asked of the compiler for 3-8 tokens.
- * Left free (1), the 5-8 token instances took 142-177 registers, so one
- * block an SM: the 9B gate_up call went from 47 us at 4 tokens (128
- * registers, two blocks) to 58 us at 5 (H100, docs/PERF.md, twenty-seventh
- * session). */
-#define MM_GEMV_MIN_BLOCKS_NT 2
-#endif
 
 struct mm_arch_tiles {
     int cc_min;            /* first compute capability (major*10+minor) of this row */

@@ -46,7 +46,7 @@
  * tokens: int8 [NT][n_in] and fp32 scales [NT][nb], quantized here from x
  * (no separate quantize launch); without XS, xq/xd hold them (scratch). */
 template <int NT, int BPW, bool XS>
-static __global__ void __launch_bounds__(NT <= 2 ? 512 : 256, NT <= 2 ? MM_GEMV_MIN_BLOCKS : MM_GEMV_MIN_BLOCKS_NT) gemv_q8_kernel(struct mm_parts ps, const float *x,
+static __global__ void __launch_bounds__(NT <= 2 ? 512 : 256, NT <= 2 ? MM_GEMV_MIN_BLOCKS : 1) gemv_q8_kernel(struct mm_parts ps, const float *x,
                                                              const int8_t *xq, const float *xd,
                                                              int n_in, int nb)
 {
