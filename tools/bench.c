@@ -58,7 +58,8 @@ struct bench_opts {
     bool no_cuda_pdl;      /* plain launches (compare with the default: PDL on sm_90+) */
     const char *kv_type;   /* "f16" (default: what serve runs on a GPU) or "f32" */
     int ktokens[BENCH_MAX_LIST], n_ktokens;   /* --kernels: tokens a call */
-    int mm_kernels[4], n_mm_kernels;          /* --kernels: enum cuda_mm_kernel values timed */
+    int mm_kernels[4], n_mm_kernels;          /* --kernels: enum cuda_mm_kernel values timed
+                                                * (at most one each of mm_kernel_names) */
 };
 
 static void bench_usage(FILE *out)
@@ -89,18 +90,20 @@ static int parse_list(const char *s, int *out, int *n)
     return *n > 0 ? CS_OK : CS_EINVAL;
 }
 
-/* --mm-kernels: names of enum cuda_mm_kernel (kernels/cuda/matmul.h). */
+/* --mm-kernels: the names of enum cuda_mm_kernel (kernels/cuda/matmul.h), by value. */
+static const char *const mm_kernel_names[] = {"auto", "gemv", "gemm", "seg"};
+#define N_MM_KERNELS ((int)(sizeof mm_kernel_names / sizeof mm_kernel_names[0]))
+
 static int parse_mm_kernels(const char *s, int *out, int *n)
 {
-    static const char *const names[] = {"auto", "gemv", "gemm", "seg"};
     *n = 0;
     while (*s) {
         size_t len = strcspn(s, ",");
         int k = -1;
-        for (int i = 0; i < 4; i++)
-            if (strlen(names[i]) == len && !strncmp(s, names[i], len))
+        for (int i = 0; i < N_MM_KERNELS; i++)
+            if (strlen(mm_kernel_names[i]) == len && !strncmp(s, mm_kernel_names[i], len))
                 k = i;
-        if (k < 0 || *n >= 4)
+        if (k < 0 || *n >= N_MM_KERNELS)
             return CS_EINVAL;
         out[(*n)++] = k;
         s += len;
@@ -108,11 +111,6 @@ static int parse_mm_kernels(const char *s, int *out, int *n)
             s++;
     }
     return *n > 0 ? CS_OK : CS_EINVAL;
-}
-
-static const char *mm_kernel_name(int k)
-{
-    return k == 1 ? "gemv" : k == 2 ? "gemm" : k == 3 ? "seg" : "auto";
 }
 
 /* Decode batch sizes: 1 to BENCH_MAX_BATCH sequences. */
@@ -409,8 +407,7 @@ static int bench_kernels(const struct bench_opts *o, const struct cuda_probe *p)
     struct ksum sum[2] = {{0}};
     /* a decode step's matrix calls per model, tokens and kernel, and with the
      * fastest kernel of each call (what a per-shape choice would reach) */
-    static double step[2][BENCH_MAX_LIST][5];
-    memset(step, 0, sizeof step);
+    double step[2][BENCH_MAX_LIST][5] = {{{0}}};
     if (o->json)
         printf(",\"kernels\":[");
     else
@@ -453,11 +450,11 @@ static int bench_kernels(const struct bench_opts *o, const struct cuda_probe *p)
                 if (o->json)
                     printf("%s{\"model\":\"%s\",\"case\":\"%s\",\"tokens\":%d,\"kernel\":\"%s\","
                            "\"us\":%.2f,\"%s\":%.2f,\"ratio\":%.4f}",
-                           first ? "" : ",", kc->model, kc->name, nt, mm_kernel_name(kern), sec * 1e6,
+                           first ? "" : ",", kc->model, kc->name, nt, mm_kernel_names[kern], sec * 1e6,
                            mem ? "gbps" : "tops", rate, ratio);
                 else
                     printf("%-4s %-12s %6d %-6s %10.2f %10.1f %8.1f%% %8d\n", kc->model, kc->name, nt,
-                           mm_kernel_name(kern), sec * 1e6, rate, 100 * ratio, s.copies);
+                           mm_kernel_names[kern], sec * 1e6, rate, 100 * ratio, s.copies);
                 first = 0;
             }
         }
@@ -469,7 +466,7 @@ static int bench_kernels(const struct bench_opts *o, const struct cuda_probe *p)
                 continue;
             printf("%s matrix calls of a decode step, %2d tokens:", mi ? "27B" : "9B", o->ktokens[k]);
             for (int m = 0; m < o->n_mm_kernels; m++)
-                printf(" %s %.3f ms", mm_kernel_name(o->mm_kernels[m]), step[mi][k][m] * 1e3);
+                printf(" %s %.3f ms", mm_kernel_names[o->mm_kernels[m]], step[mi][k][m] * 1e3);
             if (o->n_mm_kernels > 1)
                 printf(", fastest each call %.3f ms", step[mi][k][4] * 1e3);
             printf("\n");
