@@ -249,7 +249,9 @@ static size_t gemv_xs_bytes(int nt, int n_in)
  * (once per device and size: the attribute is not a stream operation, and a
  * decode step recorded as a CUDA graph (ops_cuda.cu) should launch only
  * kernels) and returns its resident blocks per SM at warps and smem (0 on
- * error), cached. */
+ * error), cached. The caches assume one thread launches matrix calls per
+ * process (the engine thread), as the attribute cache before them did; a
+ * stale entry could only pick the slower instance, never other bits. */
 template <int NT, bool XS, int MB>
 static int gemv_prepare(int warps, size_t smem)
 {
