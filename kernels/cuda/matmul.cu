@@ -263,8 +263,10 @@ static int gemv_prepare(int warps, size_t smem)
     if (smem > 48 * 1024 && (!cache || raised[dev] < (int)smem)) {
         if (cudaFuncSetAttribute(gemv_q8_kernel<NT, GEMV_BPW(NT), XS, MB>,
                                  cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 (int)smem) != cudaSuccess)
+                                 (int)smem) != cudaSuccess) {
+            (void)cudaGetLastError();   /* not left for a later check to find */
             return 0;
+        }
         if (cache)
             raised[dev] = (int)smem;
     }
@@ -276,8 +278,10 @@ static int gemv_prepare(int warps, size_t smem)
     }
     int n = 0;
     if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, gemv_q8_kernel<NT, GEMV_BPW(NT), XS, MB>,
-                                                      warps * 32, smem) != cudaSuccess)
+                                                      warps * 32, smem) != cudaSuccess) {
+        (void)cudaGetLastError();
         return 0;
+    }
     if (cache && slot < SLOTS)
         key[dev][slot] = k, occ[dev][slot] = n;
     return n;
