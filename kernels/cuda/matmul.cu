@@ -303,20 +303,6 @@ static bool gemv_two_blocks_pay(int units, int sms, int occ_free, int occ_capped
     return 2 * w_free > 3 * w_capped;
 }
 
-static int gemv_sm_count(void)
-{
-    static int cached[16];
-    int dev = 0, n = 0;
-    cudaGetDevice(&dev);
-    if (dev >= 0 && dev < 16 && cached[dev])
-        return cached[dev];
-    if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n <= 0)
-        n = 80;
-    if (dev >= 0 && dev < 16)
-        cached[dev] = n;
-    return n;
-}
-
 template <int NT, bool XS>
 static cudaError_t gemv_launch_nt(const struct mm_parts &ps, int units, const float *x,
                                   const int8_t *xq, const float *xd, int n_in, int nb, int warps,
@@ -331,7 +317,7 @@ static cudaError_t gemv_launch_nt(const struct mm_parts &ps, int units, const fl
     int occ_free = gemv_prepare<NT, XS, 1>(warps, smem);
     if (occ_free <= 0)
         return cudaErrorInvalidConfiguration;
-    if (MB2 == 2 && gemv_two_blocks_pay(units, gemv_sm_count(), occ_free,
+    if (MB2 == 2 && gemv_two_blocks_pay(units, cuda_sm_count(), occ_free,
                                         gemv_prepare<NT, XS, MB2>(warps, smem)))
         return cuda_launch(gemv_q8_kernel<NT, GEMV_BPW(NT), XS, MB2>, units, warps * 32, smem, s,
                            ps, x, xq, xd, n_in, nb);
