@@ -87,6 +87,24 @@ static __device__ __forceinline__ float sigmoid_f(float x)
     return xm_sigmoid(x);
 }
 
+/* Streaming multiprocessors of the current device, cached per device (80, a
+ * CMP 100-210's count, where the query fails). */
+static inline int cuda_sm_count(void)
+{
+    static int cached[64];
+    int dev = 0, n = 0;
+    cudaGetDevice(&dev);
+    if (dev >= 0 && dev < 64 && cached[dev])
+        return cached[dev];
+    if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n <= 0) {
+        (void)cudaGetLastError();
+        n = 80;
+    }
+    if (dev >= 0 && dev < 64)
+        cached[dev] = n;
+    return n;
+}
+
 static inline unsigned cs_div_up(size_t a, size_t b)
 {
     return (unsigned)((a + b - 1) / b);

@@ -581,23 +581,6 @@ static cudaError_t seg_launch_cluster(const struct mm_parts &ps, int units, int 
     return e;
 }
 
-/* Streaming multiprocessors of the current device (cached per device). */
-static int seg_sm_count(void)
-{
-    static int cached[64];
-    int dev = 0;
-    cudaGetDevice(&dev);
-    if (dev < 0 || dev >= 64)
-        return 80;
-    if (!cached[dev]) {
-        int n = 0;
-        if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n <= 0)
-            n = 80;
-        cached[dev] = n;
-    }
-    return cached[dev];
-}
-
 cudaError_t gemv_seg_launch(int nt, const struct mm_parts &ps, int units, const float *x,
                             const int8_t *xq, const float *xd, int n_in, int nb, bool xs,
                             cudaStream_t s, const struct cuda_mm_pro *pro_in)
@@ -625,7 +608,7 @@ cudaError_t gemv_seg_launch(int nt, const struct mm_parts &ps, int units, const 
                                nb, false, s);
     }
     /* blocks per segment: at most one resident wave, the groups spread evenly */
-    int per_seg = seg_sm_count() * SEG_BLOCKS_PER_SM / n_seg;
+    int per_seg = cuda_sm_count() * SEG_BLOCKS_PER_SM / n_seg;
     per_seg = per_seg < 1 ? 1 : per_seg;
     cudaError_t e = cudaErrorNotSupported;
     bool cv = pro.conv_w != NULL;   /* the conv epilogue: its own instances (matmul.h) */

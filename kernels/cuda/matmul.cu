@@ -45,10 +45,12 @@
  * barrier per round), then with XS the Q8_1 copy of the NT
  * tokens: int8 [NT][n_in] and fp32 scales [NT][nb], quantized here from x
  * (no separate quantize launch); without XS, xq/xd hold them (scratch). */
-template <int NT, int BPW, bool XS>
-static __global__ void __launch_bounds__(NT <= 2 ? 512 : 256, NT <= 2 ? MM_GEMV_MIN_BLOCKS : 1) gemv_q8_kernel(struct mm_parts ps, const float *x,
-                                                             const int8_t *xq, const float *xd,
-                                                             int n_in, int nb)
+/* MB: resident blocks per SM asked of the compiler from 3 tokens (1 or 2;
+ * gemv_launch_nt picks the instance per call). */
+template <int NT, int BPW, bool XS, int MB>
+static __global__ void __launch_bounds__(NT <= 2 ? 512 : 256, NT <= 2 ? MM_GEMV_MIN_BLOCKS : MB)
+    gemv_q8_kernel(struct mm_parts ps, const float *x, const int8_t *xq, const float *xd, int n_in,
+                   int nb)
 {
     extern __shared__ int4 smem_raw[];
     float *terms = (float *)smem_raw;
@@ -243,6 +245,64 @@ static size_t gemv_xs_bytes(int nt, int n_in)
     return (size_t)nt * n_in + (size_t)nt * (n_in / 32) * sizeof(float);
 }
 
+/* Raises the instance's dynamic shared memory limit where smem needs it
+ * (once per device and size: the attribute is not a stream operation, and a
+ * decode step recorded as a CUDA graph (ops_cuda.cu) should launch only
+ * kernels) and returns its resident blocks per SM at warps and smem (0 on
+ * error), cached. The caches assume one thread launches matrix calls per
+ * process (the engine thread), as the attribute cache before them did; a
+ * stale entry could only pick the slower instance, never other bits. */
+template <int NT, bool XS, int MB>
+static int gemv_prepare(int warps, size_t smem)
+{
+    enum { SLOTS = 8 };   /* (warps, smem) pairs remembered per device: a model has a few n_in */
+    static int raised[16], key[16][SLOTS], occ[16][SLOTS];
+    int dev = 0, k = warps * (1 << 20) + (int)smem;   /* smem < 1 MB */
+    cudaGetDevice(&dev);
+    bool cache = dev >= 0 && dev < 16;
+    if (smem > 48 * 1024 && (!cache || raised[dev] < (int)smem)) {
+        if (cudaFuncSetAttribute(gemv_q8_kernel<NT, GEMV_BPW(NT), XS, MB>,
+                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 (int)smem) != cudaSuccess) {
+            (void)cudaGetLastError();   /* not left for a later check to find */
+            return 0;
+        }
+        if (cache)
+            raised[dev] = (int)smem;
+    }
+    int slot = 0;
+    if (cache) {
+        for (; slot < SLOTS && key[dev][slot]; slot++)
+            if (key[dev][slot] == k)
+                return occ[dev][slot];
+    }
+    int n = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, gemv_q8_kernel<NT, GEMV_BPW(NT), XS, MB>,
+                                                      warps * 32, smem) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    if (cache && slot < SLOTS)
+        key[dev][slot] = k, occ[dev][slot] = n;
+    return n;
+}
+
+/* Whether the two-block instance (at most 128 registers) should run a call
+ * of units blocks. From 5 tokens the free instance takes 142-177 registers,
+ * one block an SM; capped, a block runs longer (H200, 8 tokens: 1.2-1.4x
+ * when the call is one partial wave) but twice as many share the GPU. So
+ * count full waves of each and charge the capped one 1.5x: on the H200 this
+ * picked the faster instance for every 9B and 27B decode matrix at 5 and 8
+ * tokens (docs/PERF.md, twenty-eighth session). */
+static bool gemv_two_blocks_pay(int units, int sms, int occ_free, int occ_capped)
+{
+    if (occ_free <= 0 || occ_capped <= occ_free)
+        return false;
+    long w_free = (units + (long)sms * occ_free - 1) / ((long)sms * occ_free);
+    long w_capped = (units + (long)sms * occ_capped - 1) / ((long)sms * occ_capped);
+    return 2 * w_free > 3 * w_capped;
+}
+
 template <int NT, bool XS>
 static cudaError_t gemv_launch_nt(const struct mm_parts &ps, int units, const float *x,
                                   const int8_t *xq, const float *xd, int n_in, int nb, int warps,
@@ -252,25 +312,17 @@ static cudaError_t gemv_launch_nt(const struct mm_parts &ps, int units, const fl
     if (!XS && smem > 48 * 1024)
         warps = 8;   /* keep the scratch path under the default limit */
     smem = gemv_terms_bytes(NT, warps) + (XS ? gemv_xs_bytes(NT, n_in) : 0);
-    if (smem > 48 * 1024) {
-        /* once per kernel, device and size: the attribute is not a stream
-         * operation, and a decode step recorded as a CUDA graph (ops_cuda.cu)
-         * should launch only kernels */
-        static int raised[16];
-        int dev = 0;
-        cudaGetDevice(&dev);
-        if (dev < 0 || dev >= 16 || raised[dev] < (int)smem) {
-            cudaError_t e = cudaFuncSetAttribute(gemv_q8_kernel<NT, GEMV_BPW(NT), XS>,
-                                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                 (int)smem);
-            if (e != cudaSuccess)
-                return e;
-            if (dev >= 0 && dev < 16)
-                raised[dev] = (int)smem;
-        }
-    }
-    return cuda_launch(gemv_q8_kernel<NT, GEMV_BPW(NT), XS>, units, warps * 32, smem, s, ps, x, xq,
-                       xd, n_in, nb);
+    /* up to 4 tokens the free instance fits 128 registers already: no second one */
+    const int MB2 = NT >= 5 ? 2 : 1;
+    int occ_free = gemv_prepare<NT, XS, 1>(warps, smem);
+    if (occ_free <= 0)
+        return cudaErrorInvalidConfiguration;
+    if (MB2 == 2 && gemv_two_blocks_pay(units, cuda_sm_count(), occ_free,
+                                        gemv_prepare<NT, XS, MB2>(warps, smem)))
+        return cuda_launch(gemv_q8_kernel<NT, GEMV_BPW(NT), XS, MB2>, units, warps * 32, smem, s,
+                           ps, x, xq, xd, n_in, nb);
+    return cuda_launch(gemv_q8_kernel<NT, GEMV_BPW(NT), XS, 1>, units, warps * 32, smem, s, ps, x,
+                       xq, xd, n_in, nb);
 }
 
 template <bool XS>

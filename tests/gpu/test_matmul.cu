@@ -235,6 +235,12 @@ static void test_matmul_q8_9b_shapes(void)
     check_q8(4096, 12288, 130, 301, CUDA_MM_GEMM); /* ffn_gate, a prefill chunk */
     check_q8(4096, 4096, 1, 7, CUDA_MM_GEMV_SEG);  /* ssm_out, x quantized in shared memory */
     check_q8(12288, 4096, 7, 53, CUDA_MM_GEMV_SEG);/* ffn_down, 7 tokens from scratch */
+    /* from 5 tokens matmul.cu picks the GEMV instance per call: on a 132-SM
+     * GPU the two-block one for gate+up's 768 row groups, the free one for
+     * ssm_out's 128 (one wave either way) */
+    check_q8(4096, 24576, 6, 13, CUDA_MM_GEMV);
+    check_q8(4096, 24576, 8, 17, CUDA_MM_GEMV);
+    check_q8(4096, 4096, 8, 7, CUDA_MM_GEMV);
 }
 
 static void test_matmul_q8_27b_shapes(void)
