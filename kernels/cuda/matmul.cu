@@ -235,7 +235,8 @@ static int device_cc(void)
 #ifndef MM_GEMV_BPW
 #define MM_GEMV_BPW 4
 #endif
-#define GEMV_BPW(nt) MM_GEMV_BPW
+/* The wide instance (16 tokens, 16 warps) takes 1: 128 registers, no spills. */
+#define GEMV_BPW(nt) ((nt) > MM_GEMV_MAX_TOKENS ? 1 : MM_GEMV_BPW)
 
 /* The block's dots, weight scales and x scales (gemv_q8_kernel). */
 static size_t gemv_terms_bytes(int nt, int warps)
