@@ -361,11 +361,13 @@ static bool gemv_plan(const struct mm_arch_tiles *tiles, int nt, int n_in, int *
 }
 
 /* Tokens of the GEMV launch with left tokens to go: 16 in one launch where
- * 16 remain (the weights read once instead of twice; the segmented GEMV
+ * 16 remain (the weights read once instead of twice) and its 72 KB of
+ * shared memory fit the architecture (not a P40's 48 KB; the segmented GEMV
  * stops at 8), else up to 8. Each token's bits are the same either way. */
-static int gemv_chunk(int left, enum cuda_mm_kernel kernel)
+static int gemv_chunk(const struct mm_arch_tiles *tiles, int left, enum cuda_mm_kernel kernel)
 {
-    if (left >= GEMV_WIDE_NT && kernel != CUDA_MM_GEMV_SEG)
+    if (left >= GEMV_WIDE_NT && kernel != CUDA_MM_GEMV_SEG &&
+        gemv_terms_bytes(GEMV_WIDE_NT, GEMV_WIDE_NT) <= (size_t)tiles->gemv_smem_max)
         return GEMV_WIDE_NT;
     return left < MM_GEMV_MAX_TOKENS ? left : MM_GEMV_MAX_TOKENS;
 }
@@ -396,7 +398,7 @@ static int matmul_q8(int n, float *const *ys, const struct cs_weight *const *ws,
         return CS_EINVAL;
     bool need_scratch = gemm;
     for (int t0 = 0, nt = 0; !gemm && t0 < n_tokens; t0 += nt) {
-        nt = gemv_chunk(n_tokens - t0, kernel);
+        nt = gemv_chunk(tiles, n_tokens - t0, kernel);
         int warps;
         if (!gemv_plan(tiles, nt, n_in, &warps) || (kernel == CUDA_MM_GEMV_SEG && nt > 1))
             need_scratch = true;
@@ -431,7 +433,7 @@ static int matmul_q8(int n, float *const *ys, const struct cs_weight *const *ws,
         return CS_OK;
     }
     for (int t0 = 0, nt = 0; t0 < n_tokens; t0 += nt) {
-        nt = gemv_chunk(n_tokens - t0, kernel);
+        nt = gemv_chunk(tiles, n_tokens - t0, kernel);
         int warps;
         bool xs = gemv_plan(tiles, nt, n_in, &warps);
         struct mm_parts pt = ps;
