@@ -62,7 +62,7 @@ struct mm_arch_tiles {
 
 /* Ordered from newest to oldest: the first row with cc >= cc_min applies. */
 static const struct mm_arch_tiles mm_arch_tiles_table[] = {
-    {90, 8, 16, 2, 96 * 1024, 1, 16, 8},  /* H100/H200: 132 SMs, 50-60 MB L2 */
+    {90, 8, 16, 2, 96 * 1024, 1, 32, 8},  /* H100/H200: 132 SMs, 50-60 MB L2 */
     {80, 8, 16, 2, 96 * 1024, 1, 16, 4},  /* A100 / Ampere / Ada */
     {70, 8, 16, 2, 96 * 1024, 1, 16, 2},  /* V100, CMP 100-210, T4 (80 SMs, 6 MB L2) */
     {61, 8, 16, 2, 48 * 1024, 1, 16, 2},  /* P40: DP4A, no fast fp16, 48 KB per block */

@@ -45,10 +45,14 @@
  * barrier per round), then with XS the Q8_1 copy of the NT
  * tokens: int8 [NT][n_in] and fp32 scales [NT][nb], quantized here from x
  * (no separate quantize launch); without XS, xq/xd hold them (scratch). */
-/* MB: resident blocks per SM asked of the compiler from 3 tokens (1 or 2;
- * gemv_launch_nt picks the instance per call). */
+/* MB: resident blocks per SM asked of the compiler from 3 to 8 tokens (1 or
+ * 2; gemv_launch_nt picks the instance per call). The wide instance
+ * (NT = GEMV_WIDE_NT, 16 warps) reads the weights once for 16 tokens. */
+#define GEMV_WIDE_NT 16
 template <int NT, int BPW, bool XS, int MB>
-static __global__ void __launch_bounds__(NT <= 2 ? 512 : 256, NT <= 2 ? MM_GEMV_MIN_BLOCKS : MB)
+static __global__ void __launch_bounds__(NT <= 2 || NT > MM_GEMV_MAX_TOKENS ? 512 : 256,
+                                         NT <= 2 ? MM_GEMV_MIN_BLOCKS
+                                                 : (NT > MM_GEMV_MAX_TOKENS ? 1 : MB))
     gemv_q8_kernel(struct mm_parts ps, const float *x, const int8_t *xq, const float *xd, int n_in,
                    int nb)
 {
@@ -231,7 +235,8 @@ static int device_cc(void)
 #ifndef MM_GEMV_BPW
 #define MM_GEMV_BPW 4
 #endif
-#define GEMV_BPW(nt) MM_GEMV_BPW
+/* The wide instance (16 tokens, 16 warps) takes 1: 128 registers, no spills. */
+#define GEMV_BPW(nt) ((nt) > MM_GEMV_MAX_TOKENS ? 1 : MM_GEMV_BPW)
 
 /* The block's dots, weight scales and x scales (gemv_q8_kernel). */
 static size_t gemv_terms_bytes(int nt, int warps)
@@ -309,11 +314,11 @@ static cudaError_t gemv_launch_nt(const struct mm_parts &ps, int units, const fl
                                   cudaStream_t s)
 {
     size_t smem = gemv_terms_bytes(NT, warps) + (XS ? gemv_xs_bytes(NT, n_in) : 0);
-    if (!XS && smem > 48 * 1024)
-        warps = 8;   /* keep the scratch path under the default limit */
+    if (!XS && smem > 48 * 1024 && NT <= MM_GEMV_MAX_TOKENS)
+        warps = 8;   /* keep the scratch path under the default limit (the wide one needs 16) */
     smem = gemv_terms_bytes(NT, warps) + (XS ? gemv_xs_bytes(NT, n_in) : 0);
     /* up to 4 tokens the free instance fits 128 registers already: no second one */
-    const int MB2 = NT >= 5 ? 2 : 1;
+    const int MB2 = NT >= 5 && NT <= MM_GEMV_MAX_TOKENS ? 2 : 1;
     int occ_free = gemv_prepare<NT, XS, 1>(warps, smem);
     if (occ_free <= 0)
         return cudaErrorInvalidConfiguration;
@@ -338,6 +343,8 @@ static cudaError_t gemv_launch(int nt, const struct mm_parts &ps, int units, con
     case 5: return gemv_launch_nt<5, XS>(ps, units, x, xq, xd, n_in, nb, warps, s);
     case 6: return gemv_launch_nt<6, XS>(ps, units, x, xq, xd, n_in, nb, warps, s);
     case 7: return gemv_launch_nt<7, XS>(ps, units, x, xq, xd, n_in, nb, warps, s);
+    case GEMV_WIDE_NT:
+        return gemv_launch_nt<GEMV_WIDE_NT, XS>(ps, units, x, xq, xd, n_in, nb, warps, s);
     default: return gemv_launch_nt<8, XS>(ps, units, x, xq, xd, n_in, nb, warps, s);
     }
 }
@@ -346,9 +353,23 @@ static cudaError_t gemv_launch(int nt, const struct mm_parts &ps, int units, con
  * quantized in shared memory (true) or read from scratch (false). */
 static bool gemv_plan(const struct mm_arch_tiles *tiles, int nt, int n_in, int *warps)
 {
-    *warps = nt <= tiles->gemv_small_nt ? tiles->gemv_warps_small : tiles->gemv_warps;
+    *warps = nt > MM_GEMV_MAX_TOKENS    ? GEMV_WIDE_NT
+             : nt <= tiles->gemv_small_nt ? tiles->gemv_warps_small
+                                          : tiles->gemv_warps;
     return nt <= tiles->gemv_fuse_quant_nt &&
            gemv_terms_bytes(nt, *warps) + gemv_xs_bytes(nt, n_in) <= (size_t)tiles->gemv_smem_max;
+}
+
+/* Tokens of the GEMV launch with left tokens to go: 16 in one launch where
+ * 16 remain (the weights read once instead of twice) and its 72 KB of
+ * shared memory fit the architecture (not a P40's 48 KB; the segmented GEMV
+ * stops at 8), else up to 8. Each token's bits are the same either way. */
+static int gemv_chunk(const struct mm_arch_tiles *tiles, int left, enum cuda_mm_kernel kernel)
+{
+    if (left >= GEMV_WIDE_NT && kernel != CUDA_MM_GEMV_SEG &&
+        gemv_terms_bytes(GEMV_WIDE_NT, GEMV_WIDE_NT) <= (size_t)tiles->gemv_smem_max)
+        return GEMV_WIDE_NT;
+    return left < MM_GEMV_MAX_TOKENS ? left : MM_GEMV_MAX_TOKENS;
 }
 
 /* The Q8_0 weights ws[0..n) (validated: same n_in). Quantizes x into scratch
@@ -376,8 +397,9 @@ static int matmul_q8(int n, float *const *ys, const struct cs_weight *const *ws,
     if (x_ready && !gemm)
         return CS_EINVAL;
     bool need_scratch = gemm;
-    for (int t0 = 0; !gemm && t0 < n_tokens; t0 += MM_GEMV_MAX_TOKENS) {
-        int nt = n_tokens - t0 < MM_GEMV_MAX_TOKENS ? n_tokens - t0 : MM_GEMV_MAX_TOKENS, warps;
+    for (int t0 = 0, nt = 0; !gemm && t0 < n_tokens; t0 += nt) {
+        nt = gemv_chunk(tiles, n_tokens - t0, kernel);
+        int warps;
         if (!gemv_plan(tiles, nt, n_in, &warps) || (kernel == CUDA_MM_GEMV_SEG && nt > 1))
             need_scratch = true;
     }
@@ -410,8 +432,9 @@ static int matmul_q8(int n, float *const *ys, const struct cs_weight *const *ws,
         CS_CUDA_CHECK(gemm_q8_launch(ps, units, xq, xd, n_in, nb, n_tokens, tiles->gemm_kb, s));
         return CS_OK;
     }
-    for (int t0 = 0; t0 < n_tokens; t0 += MM_GEMV_MAX_TOKENS) {
-        int nt = n_tokens - t0 < MM_GEMV_MAX_TOKENS ? n_tokens - t0 : MM_GEMV_MAX_TOKENS, warps;
+    for (int t0 = 0, nt = 0; t0 < n_tokens; t0 += nt) {
+        nt = gemv_chunk(tiles, n_tokens - t0, kernel);
+        int warps;
         bool xs = gemv_plan(tiles, nt, n_in, &warps);
         struct mm_parts pt = ps;
         for (int i = 0; i < n; i++)

@@ -241,6 +241,12 @@ static void test_matmul_q8_9b_shapes(void)
     check_q8(4096, 24576, 6, 13, CUDA_MM_GEMV);
     check_q8(4096, 24576, 8, 17, CUDA_MM_GEMV);
     check_q8(4096, 4096, 8, 7, CUDA_MM_GEMV);
+    /* 16 tokens in one wide launch (16 warps, the weights read once), 24 as
+     * 16 + 8, 20 as 16 + 4 */
+    check_q8(4096, 24576, 16, 19, CUDA_MM_GEMV);
+    check_q8(12288, 4096, 16, 53, CUDA_MM_GEMV);
+    check_q8(4096, 4096, 24, 7, CUDA_MM_GEMV);
+    check_q8(1056, 300, 20, 1, CUDA_MM_GEMV);
 }
 
 static void test_matmul_q8_27b_shapes(void)
@@ -248,6 +254,7 @@ static void test_matmul_q8_27b_shapes(void)
     check_q8(5120, 17408, 2, 211, CUDA_MM_GEMV);   /* ffn_gate */
     check_q8(17408, 5120, 65, 97, CUDA_MM_GEMM);   /* ffn_down */
     check_q8(17408, 5120, 8, 97, CUDA_MM_GEMV);    /* x too large for shared memory: scratch path */
+    check_q8(17408, 5120, 16, 97, CUDA_MM_GEMV);   /* the wide launch, 17 segments */
     check_q8(5120, 48, 1, 1, CUDA_MM_GEMV);        /* ssm_beta: Hv = 48 rows */
     check_q8(17408, 5120, 1, 97, CUDA_MM_GEMV_SEG);/* ffn_down, 17 segments */
     check_q8(17408, 5120, 8, 97, CUDA_MM_GEMV_SEG);
