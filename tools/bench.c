@@ -462,7 +462,7 @@ static int bench_kernels(const struct bench_opts *o, const struct cuda_probe *p)
     }
     for (int mi = 0; mi < 2 && rc == CS_OK && !o->json; mi++)
         for (int k = 0; k < o->n_ktokens; k++) {
-            if (o->ktokens[k] > 16 || step[mi][k][0] <= 0)
+            if (o->ktokens[k] > 64 || step[mi][k][0] <= 0)
                 continue;
             printf("%s matrix calls of a decode step, %2d tokens:", mi ? "27B" : "9B", o->ktokens[k]);
             for (int m = 0; m < o->n_mm_kernels; m++)
