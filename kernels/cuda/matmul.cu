@@ -49,10 +49,11 @@
  * 2; gemv_launch_nt picks the instance per call). The wide instance
  * (NT = GEMV_WIDE_NT, 16 warps) reads the weights once for 16 tokens. */
 #define GEMV_WIDE_NT 16
+#define GEMV_IS_WIDE(nt) ((nt) > MM_GEMV_MAX_TOKENS)   /* 16 warps, one block an SM */
 template <int NT, int BPW, bool XS, int MB>
-static __global__ void __launch_bounds__(NT <= 2 || NT > MM_GEMV_MAX_TOKENS ? 512 : 256,
+static __global__ void __launch_bounds__(NT <= 2 || GEMV_IS_WIDE(NT) ? 512 : 256,
                                          NT <= 2 ? MM_GEMV_MIN_BLOCKS
-                                                 : (NT > MM_GEMV_MAX_TOKENS ? 1 : MB))
+                                                 : (GEMV_IS_WIDE(NT) ? 1 : MB))
     gemv_q8_kernel(struct mm_parts ps, const float *x, const int8_t *xq, const float *xd, int n_in,
                    int nb)
 {
@@ -236,7 +237,7 @@ static int device_cc(void)
 #define MM_GEMV_BPW 4
 #endif
 /* The wide instance (16 tokens, 16 warps) takes 1: 128 registers, no spills. */
-#define GEMV_BPW(nt) ((nt) > MM_GEMV_MAX_TOKENS ? 1 : MM_GEMV_BPW)
+#define GEMV_BPW(nt) (GEMV_IS_WIDE(nt) ? 1 : MM_GEMV_BPW)
 
 /* The block's dots, weight scales and x scales (gemv_q8_kernel). */
 static size_t gemv_terms_bytes(int nt, int warps)
@@ -314,11 +315,11 @@ static cudaError_t gemv_launch_nt(const struct mm_parts &ps, int units, const fl
                                   cudaStream_t s)
 {
     size_t smem = gemv_terms_bytes(NT, warps) + (XS ? gemv_xs_bytes(NT, n_in) : 0);
-    if (!XS && smem > 48 * 1024 && NT <= MM_GEMV_MAX_TOKENS)
+    if (!XS && smem > 48 * 1024 && !GEMV_IS_WIDE(NT))
         warps = 8;   /* keep the scratch path under the default limit (the wide one needs 16) */
     smem = gemv_terms_bytes(NT, warps) + (XS ? gemv_xs_bytes(NT, n_in) : 0);
     /* up to 4 tokens the free instance fits 128 registers already: no second one */
-    const int MB2 = NT >= 5 && NT <= MM_GEMV_MAX_TOKENS ? 2 : 1;
+    const int MB2 = NT >= 5 && !GEMV_IS_WIDE(NT) ? 2 : 1;
     int occ_free = gemv_prepare<NT, XS, 1>(warps, smem);
     if (occ_free <= 0)
         return cudaErrorInvalidConfiguration;
@@ -353,7 +354,7 @@ static cudaError_t gemv_launch(int nt, const struct mm_parts &ps, int units, con
  * quantized in shared memory (true) or read from scratch (false). */
 static bool gemv_plan(const struct mm_arch_tiles *tiles, int nt, int n_in, int *warps)
 {
-    *warps = nt > MM_GEMV_MAX_TOKENS    ? GEMV_WIDE_NT
+    *warps = GEMV_IS_WIDE(nt)           ? GEMV_WIDE_NT
              : nt <= tiles->gemv_small_nt ? tiles->gemv_warps_small
                                           : tiles->gemv_warps;
     return nt <= tiles->gemv_fuse_quant_nt &&
