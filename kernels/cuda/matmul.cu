@@ -46,8 +46,8 @@
  * tokens: int8 [NT][n_in] and fp32 scales [NT][nb], quantized here from x
  * (no separate quantize launch); without XS, xq/xd hold them (scratch). */
 /* MB: resident blocks per SM asked of the compiler from 3 to 8 tokens (1 or
- * 2; gemv_launch_nt picks the instance per call). The wide instance
- * (NT = GEMV_WIDE_NT, 16 warps) reads the weights once for 16 tokens. */
+ * 2; gemv_launch_nt picks the instance per call). The wide instances
+ * (9 to GEMV_WIDE_NT tokens, 16 warps) read the weights once for up to 16. */
 #define GEMV_WIDE_NT 16
 #define GEMV_IS_WIDE(nt) ((nt) > MM_GEMV_MAX_TOKENS)   /* 16 warps, one block an SM */
 template <int NT, int BPW, bool XS, int MB>
@@ -236,7 +236,7 @@ static int device_cc(void)
 #ifndef MM_GEMV_BPW
 #define MM_GEMV_BPW 4
 #endif
-/* The wide instance (16 tokens, 16 warps) takes 1: 128 registers, no spills. */
+/* The wide instances (9-16 tokens, 16 warps) take 1: 128 registers at 16, no spills. */
 #define GEMV_BPW(nt) (GEMV_IS_WIDE(nt) ? 1 : MM_GEMV_BPW)
 
 /* The block's dots, weight scales and x scales (gemv_q8_kernel). */
@@ -344,9 +344,18 @@ static cudaError_t gemv_launch(int nt, const struct mm_parts &ps, int units, con
     case 5: return gemv_launch_nt<5, XS>(ps, units, x, xq, xd, n_in, nb, warps, s);
     case 6: return gemv_launch_nt<6, XS>(ps, units, x, xq, xd, n_in, nb, warps, s);
     case 7: return gemv_launch_nt<7, XS>(ps, units, x, xq, xd, n_in, nb, warps, s);
+    case 8: return gemv_launch_nt<8, XS>(ps, units, x, xq, xd, n_in, nb, warps, s);
+    /* the wide instances (16 warps, 1 block a warp per round) */
+    case 9: return gemv_launch_nt<9, XS>(ps, units, x, xq, xd, n_in, nb, warps, s);
+    case 10: return gemv_launch_nt<10, XS>(ps, units, x, xq, xd, n_in, nb, warps, s);
+    case 11: return gemv_launch_nt<11, XS>(ps, units, x, xq, xd, n_in, nb, warps, s);
+    case 12: return gemv_launch_nt<12, XS>(ps, units, x, xq, xd, n_in, nb, warps, s);
+    case 13: return gemv_launch_nt<13, XS>(ps, units, x, xq, xd, n_in, nb, warps, s);
+    case 14: return gemv_launch_nt<14, XS>(ps, units, x, xq, xd, n_in, nb, warps, s);
+    case 15: return gemv_launch_nt<15, XS>(ps, units, x, xq, xd, n_in, nb, warps, s);
     case GEMV_WIDE_NT:
         return gemv_launch_nt<GEMV_WIDE_NT, XS>(ps, units, x, xq, xd, n_in, nb, warps, s);
-    default: return gemv_launch_nt<8, XS>(ps, units, x, xq, xd, n_in, nb, warps, s);
+    default: return cudaErrorInvalidValue;   /* gemv_chunk gives 1..16 */
     }
 }
 
@@ -361,15 +370,17 @@ static bool gemv_plan(const struct mm_arch_tiles *tiles, int nt, int n_in, int *
            gemv_terms_bytes(nt, *warps) + gemv_xs_bytes(nt, n_in) <= (size_t)tiles->gemv_smem_max;
 }
 
-/* Tokens of the GEMV launch with left tokens to go: 16 in one launch where
- * 16 remain (the weights read once instead of twice) and its 72 KB of
- * shared memory fit the architecture (not a P40's 48 KB; the segmented GEMV
- * stops at 8), else up to 8. Each token's bits are the same either way. */
+/* Tokens of the GEMV launch with left tokens to go: up to 16 in one wide
+ * launch where more than 8 remain (the weights read once instead of twice)
+ * and its shared memory (72 KB at 16) fits the architecture (not a P40's
+ * 48 KB; the segmented GEMV stops at 8), else up to 8. Each token's bits
+ * are the same either way. */
 static int gemv_chunk(const struct mm_arch_tiles *tiles, int left, enum cuda_mm_kernel kernel)
 {
-    if (left >= GEMV_WIDE_NT && kernel != CUDA_MM_GEMV_SEG &&
-        gemv_terms_bytes(GEMV_WIDE_NT, GEMV_WIDE_NT) <= (size_t)tiles->gemv_smem_max)
-        return GEMV_WIDE_NT;
+    int wide = left < GEMV_WIDE_NT ? left : GEMV_WIDE_NT;
+    if (left > MM_GEMV_MAX_TOKENS && kernel != CUDA_MM_GEMV_SEG &&
+        gemv_terms_bytes(wide, GEMV_WIDE_NT) <= (size_t)tiles->gemv_smem_max)
+        return wide;
     return left < MM_GEMV_MAX_TOKENS ? left : MM_GEMV_MAX_TOKENS;
 }
 

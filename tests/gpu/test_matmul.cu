@@ -247,6 +247,11 @@ static void test_matmul_q8_9b_shapes(void)
     check_q8(12288, 4096, 16, 53, CUDA_MM_GEMV);
     check_q8(4096, 4096, 24, 7, CUDA_MM_GEMV);
     check_q8(1056, 300, 20, 1, CUDA_MM_GEMV);
+    /* 9-15 tokens in one wide launch too; 25 as 16 + 9 */
+    check_q8(4096, 24576, 12, 19, CUDA_MM_GEMV);
+    check_q8(4096, 4096, 9, 7, CUDA_MM_GEMV);
+    check_q8(12288, 4096, 15, 53, CUDA_MM_GEMV);
+    check_q8(1056, 300, 25, 1, CUDA_MM_GEMV);
 }
 
 static void test_matmul_q8_27b_shapes(void)
@@ -255,6 +260,7 @@ static void test_matmul_q8_27b_shapes(void)
     check_q8(17408, 5120, 65, 97, CUDA_MM_GEMM);   /* ffn_down */
     check_q8(17408, 5120, 8, 97, CUDA_MM_GEMV);    /* x too large for shared memory: scratch path */
     check_q8(17408, 5120, 16, 97, CUDA_MM_GEMV);   /* the wide launch, 17 segments */
+    check_q8(17408, 5120, 13, 97, CUDA_MM_GEMV);   /* a 13-token wide launch */
     check_q8(5120, 48, 1, 1, CUDA_MM_GEMV);        /* ssm_beta: Hv = 48 rows */
     check_q8(17408, 5120, 1, 97, CUDA_MM_GEMV_SEG);/* ffn_down, 17 segments */
     check_q8(17408, 5120, 8, 97, CUDA_MM_GEMV_SEG);
