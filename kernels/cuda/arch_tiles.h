@@ -56,7 +56,8 @@ struct mm_arch_tiles {
     int gemv_smem_max;     /* dynamic shared memory a GEMV block may take (sm_70: <= 96 KB) */
     int gemv_fuse_quant_nt;/* up to this many tokens the GEMV quantizes x itself (each block
                             * redoes it, so only worth it for single-token decode) */
-    int gemv_max_tokens;   /* n_tokens above which cuda_matmul uses the GEMM */
+    int gemv_max_tokens;   /* n_tokens above which cuda_matmul uses the GEMM, where no time
+                            * measured on the card decides (matmul_tune.h) */
     int gemm_kb;           /* 32-value blocks per GEMM stage asked for: 2, 4 or 8 (above) */
 };
 

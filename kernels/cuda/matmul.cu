@@ -13,8 +13,9 @@
  * - gemv_seg_kernel (gemv_seg.cu): the same for matrices with few row
  *   groups, K split over blocks by numerics.h segments.
  * - gemm_q8_kernel (prefill, gemm.cu): 128 rows x 64 tokens per block
- *   through double-buffered shared memory; matmul_q8 below picks it for
- *   n_tokens above arch_tiles.h's gemv_max_tokens.
+ *   through double-buffered shared memory; matmul_q8 below picks it above
+ *   64 tokens, and for 17-64 where it measured faster on the call's shape
+ *   (matmul_tune.h; arch_tiles.h's gemv_max_tokens until measured).
  * - gemv_f_kernel: F16/F32 weights, a warp per row, fp32 FMA.
  * All Q8_0 kernels follow matmul.h "Numerics" exactly, so they are bitwise
  * equal to each other for any n_tokens (tests/gpu/test_matmul checks it).
@@ -31,6 +32,7 @@
 #include "launch.cuh"
 #include "matmul.h"
 #include "matmul_int.cuh"
+#include "matmul_tune.h"
 #include "rms_row.cuh"
 #include "../numerics.h"
 
@@ -384,17 +386,78 @@ static int gemv_chunk(const struct mm_arch_tiles *tiles, int left, enum cuda_mm_
     return left < MM_GEMV_MAX_TOKENS ? left : MM_GEMV_MAX_TOKENS;
 }
 
+/* Rows of all the weights of a call (the tune table's key with n_in). */
+static int64_t rows_of(int n, const struct cs_weight *const *ws)
+{
+    int64_t rows = 0;
+    for (int i = 0; i < n; i++)
+        rows += ws[i]->n_out;
+    return rows;
+}
+
+static bool capturing(cudaStream_t s)
+{
+    cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+    return cudaStreamIsCapturing(s, &st) != cudaSuccess || st != cudaStreamCaptureStatusNone;
+}
+
+/* CUDA_MM_AUTO: the GEMM (true) or the GEMV. In matmul_tune.h's range the
+ * time measured on this card decides; where nothing is measured yet (a
+ * graph being recorded) arch_tiles.h's gemv_max_tokens does, as it does
+ * outside the range. */
+static bool auto_uses_gemm(const struct mm_arch_tiles *tiles, int n,
+                           const struct cs_weight *const *ws, int n_tokens)
+{
+    if (mm_tune_in_range(n_tokens)) {
+        enum mm_tune_choice c = mm_tune_lookup(ws[0]->n_in, rows_of(n, ws), n_tokens);
+        if (c != MM_TUNE_UNKNOWN)
+            return c == MM_TUNE_GEMM;
+    }
+    return n_tokens > tiles->gemv_max_tokens;
+}
+
+static int matmul_q8(int n, float *const *ys, const struct cs_weight *const *ws, const float *x,
+                     const float *rs, int n_tokens, void *scratch, size_t scratch_bytes,
+                     cudaStream_t s, enum cuda_mm_kernel kernel, bool x_ready = false);
+
+/* A call as mm_tune_measure reruns it with each kernel forced. */
+struct tune_call {
+    int n;
+    float *const *ys;
+    const struct cs_weight *const *ws;
+    const float *x, *rs;
+    int n_tokens;
+    void *scratch;
+    size_t scratch_bytes;
+    cudaStream_t s;
+};
+
+static int tune_run(void *arg, int gemm)
+{
+    const struct tune_call *c = (const struct tune_call *)arg;
+    return matmul_q8(c->n, c->ys, c->ws, c->x, c->rs, c->n_tokens, c->scratch, c->scratch_bytes,
+                     c->s, gemm ? CUDA_MM_GEMM : CUDA_MM_GEMV);
+}
+
 /* The Q8_0 weights ws[0..n) (validated: same n_in). Quantizes x into scratch
  * first unless every launch quantizes it in shared memory, or x_ready: the
  * GEMM (only) on the Q8_1 a prologue already left in scratch (x unused). */
 static int matmul_q8(int n, float *const *ys, const struct cs_weight *const *ws, const float *x,
                      const float *rs, int n_tokens, void *scratch, size_t scratch_bytes,
-                     cudaStream_t s, enum cuda_mm_kernel kernel, bool x_ready = false)
+                     cudaStream_t s, enum cuda_mm_kernel kernel, bool x_ready)
 {
     const struct mm_arch_tiles *tiles = mm_arch_tiles_for(device_cc());
     int n_in = (int)ws[0]->n_in, nb = n_in / 32;
+    if (kernel == CUDA_MM_AUTO && !x_ready && mm_tune_in_range(n_tokens) && scratch &&
+        scratch_bytes >= cuda_matmul_scratch_bytes(n_in, n_tokens) &&
+        mm_tune_lookup(n_in, rows_of(n, ws), n_tokens) == MM_TUNE_UNKNOWN && !capturing(s)) {
+        /* first call of this shape and token count: time both kernels on it */
+        struct tune_call tc = {n, ys, ws, x, rs, n_tokens, scratch, scratch_bytes, s};
+        enum mm_tune_choice choice;
+        return mm_tune_measure(n_in, rows_of(n, ws), n_tokens, tune_run, &tc, s, &choice);
+    }
     bool gemm = kernel == CUDA_MM_GEMM ||
-                (kernel == CUDA_MM_AUTO && n_tokens > tiles->gemv_max_tokens);
+                (kernel == CUDA_MM_AUTO && auto_uses_gemm(tiles, n, ws, n_tokens));
     int all_groups = 0;
     for (int i = 0; i < n; i++)
         all_groups += (int)((ws[i]->n_out + 31) / 32);
@@ -624,8 +687,13 @@ extern "C" int cuda_matmul_pro_tokens(int n, float *const *ys, const struct cs_w
         if (ws[i]->type != CS_DTYPE_Q8_0)
             return CS_EUNSUPPORTED;
     int64_t n_in = ws[0]->n_in;
-    if (n_tokens <= mm_arch_tiles_for(device_cc())->gemv_max_tokens)
-        return CS_EUNSUPPORTED;   /* the GEMV quantizes x itself */
+    /* the GEMV's calls run the op then cuda_matmul; so does a shape not yet
+     * timed, so that its cuda_matmul times it (matmul_tune.h) */
+    if (mm_tune_in_range(n_tokens) && !capturing((cudaStream_t)stream) &&
+        mm_tune_lookup(n_in, rows_of(n, ws), n_tokens) == MM_TUNE_UNKNOWN)
+        return CS_EUNSUPPORTED;
+    if (!auto_uses_gemm(mm_arch_tiles_for(device_cc()), n, ws, n_tokens))
+        return CS_EUNSUPPORTED;
     if (!scratch || scratch_bytes < cuda_matmul_scratch_bytes(n_in, n_tokens))
         return CS_EINVAL;
     if (pro->kind == CUDA_MM_PRO_ADD_RMSNORM &&

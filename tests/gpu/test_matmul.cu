@@ -8,7 +8,11 @@
  * - batch invariance: GEMV == GEMM bitwise for n_tokens 1..100, a token's
  *   row is the same whatever n_tokens is, a fused call equals separate calls;
  * - F16 / F32 / BF16 weights against float64 within 1e-5 relative to sum|w x|;
- * - every output element is written (outputs are poisoned with NaN first).
+ * - every output element is written (outputs are poisoned with NaN first);
+ * - the per-shape kernel choice (matmul_tune.h): an untimed call times both
+ *   kernels and leaves the right bits, a call being recorded into a graph
+ *   times nothing, the fused prologue path follows the recorded choice, and a
+ *   recorded choice never changes.
  * Exits 77 (ctest skip) when no CUDA device is present. */
 #include <cuda_runtime.h>
 #include <math.h>
@@ -20,6 +24,7 @@
 #include "../../common/gguf.h"
 #include "../../common/half.h"
 #include "../../kernels/cuda/matmul.h"
+#include "../../kernels/cuda/matmul_tune.h"
 #include "../../kernels/numerics.h"
 #include "../test_util.h"
 
@@ -465,6 +470,83 @@ static void test_matmul_swiglu_fused(void)
     check_swiglu(1024, 256, false);     /* one segment: not fused */
 }
 
+/* matmul_tune.h: what the table decides, whatever the card's timings are. */
+static void test_matmul_tune(void)
+{
+    const int64_t n_in = 4096, n_out = 4096;
+    const int nt = 24, nt_graph = 40;
+    mm_tune_reset();
+    /* a recorded choice stays */
+    mm_tune_record(777, 33, 20, MM_TUNE_GEMV);
+    mm_tune_record(777, 33, 20, MM_TUNE_GEMM);
+    CHECK_EQ_INT(mm_tune_lookup(777, 33, 20), MM_TUNE_GEMV);
+    CHECK_EQ_INT(mm_tune_lookup(777, 34, 20), MM_TUNE_UNKNOWN);
+    CHECK(!mm_tune_in_range(16) && mm_tune_in_range(17) && mm_tune_in_range(64) &&
+          !mm_tune_in_range(65));
+
+    uint8_t *w = make_q8_0(n_in, n_out);
+    float *x = make_x(n_in * nt_graph, 0), *u = make_x(n_in * nt_graph, 1);
+    struct cs_weight wt;
+    CHECK_EQ_INT(cuda_weight_upload(&wt, CS_DTYPE_Q8_0, n_in, n_out, w, NULL), CS_OK);
+    float *dx = (float *)dev_alloc(n_in * nt_graph * sizeof(float));
+    float *du = (float *)dev_alloc(n_in * nt_graph * sizeof(float));
+    CK(cudaMemcpy(dx, x, n_in * nt_graph * sizeof(float), cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(du, u, n_in * nt_graph * sizeof(float), cudaMemcpyHostToDevice));
+    size_t sb = cuda_matmul_scratch_bytes(n_in, nt_graph);
+    void *scr = dev_alloc(sb);
+    float *dref = dev_poisoned(n_out * nt_graph), *dy = dev_poisoned(n_out * nt_graph);
+    const struct cs_weight *ws[1] = {&wt};
+    float *yr[1] = {dref}, *yy[1] = {dy};
+    CHECK_EQ_INT(cuda_matmul_with(1, yr, ws, dx, nt_graph, scr, sb, NULL, CUDA_MM_GEMV), CS_OK);
+    float *ref = download(dref, n_out * nt_graph);
+
+    /* the fused prologue path declines a shape not yet timed (its caller's
+     * op + cuda_matmul then times it) */
+    struct cuda_mm_pro pro;
+    memset(&pro, 0, sizeof pro);
+    pro.kind = CUDA_MM_PRO_SWIGLU;
+    pro.aux = du;
+    CHECK_EQ_INT(cuda_matmul_pro_tokens(1, yy, ws, dx, nt, &pro, scr, sb, NULL), CS_EUNSUPPORTED);
+    /* an untimed call times both kernels and leaves the right bits */
+    CHECK_EQ_INT(mm_tune_lookup(n_in, n_out, nt), MM_TUNE_UNKNOWN);
+    CHECK_EQ_INT(cuda_matmul(1, yy, ws, dx, nt, scr, sb, NULL), CS_OK);
+    enum mm_tune_choice c = mm_tune_lookup(n_in, n_out, nt);
+    CHECK(c == MM_TUNE_GEMV || c == MM_TUNE_GEMM);
+    float *got = download(dy, n_out * nt);
+    CHECK(memcmp(got, ref, n_out * nt * sizeof(float)) == 0);
+    free(got);
+    fprintf(stderr, "  tune 4096x4096 at %d tokens: %s\n", nt, c == MM_TUNE_GEMM ? "gemm" : "gemv");
+    /* the fused path now follows the recorded choice */
+    CHECK_EQ_INT(cuda_matmul_pro_tokens(1, yy, ws, dx, nt, &pro, scr, sb, NULL),
+                 c == MM_TUNE_GEMM ? CS_OK : CS_EUNSUPPORTED);
+
+    /* recorded into a graph: nothing timed (a sync would break the capture),
+     * arch_tiles.h's rule runs, the same bits on replay */
+    cudaStream_t st;
+    cudaGraph_t g = NULL;
+    cudaGraphExec_t ge = NULL;
+    CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    CK(cudaMemset(dy, 0xff, n_out * nt_graph * sizeof(float)));
+    CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+    int rc = cuda_matmul(1, yy, ws, dx, nt_graph, scr, sb, (struct CUstream_st *)st);
+    CK(cudaStreamEndCapture(st, &g));
+    CHECK_EQ_INT(rc, CS_OK);
+    CHECK_EQ_INT(mm_tune_lookup(n_in, n_out, nt_graph), MM_TUNE_UNKNOWN);
+    CK(cudaGraphInstantiate(&ge, g, 0));
+    CK(cudaGraphLaunch(ge, st));
+    CK(cudaStreamSynchronize(st));
+    got = download(dy, n_out * nt_graph);
+    CHECK(memcmp(got, ref, n_out * nt_graph * sizeof(float)) == 0);
+    free(got);
+    cudaGraphExecDestroy(ge);
+    cudaGraphDestroy(g);
+    cudaStreamDestroy(st);
+    mm_tune_reset();
+    cuda_weight_free(&wt);
+    free(w), free(x), free(u), free(ref);
+    cudaFree(dx), cudaFree(du), cudaFree(scr), cudaFree(dref), cudaFree(dy);
+}
+
 int main(void)
 {
     int n_dev = 0;
@@ -481,5 +563,6 @@ int main(void)
     RUN(test_matmul_q8_9b_shapes);
     RUN(test_matmul_q8_27b_shapes);
     RUN(test_matmul_swiglu_fused);
+    RUN(test_matmul_tune);
     return test_report();
 }
