@@ -7,7 +7,8 @@
 #      printed);
 #   3. the transformers reference check on the CUDA backend;
 #   4. cmpserve bench on the 9B and 27B presets and bench --kernels; the 9B
-#      decode at batch sizes 1 to 16 (tokens equal at every size, compared);
+#      decode at batch sizes 1 to 16, and 24 to 64 at depth 0 (tokens equal at every size,
+#      compared);
 #   5. the pipeline bench (27B, 3 workers on GPU 0);
 #   6. where ncu exists, a decode-step profile (tests/gpu/ncu_decode_profile.py).
 # Usage: tests/gpu/device_verify.sh BIN_DIR VOCAB.tiktoken LOG_DIR [quick]
@@ -93,6 +94,11 @@ step "bench 9B, batched decode (every sequence's tokens equal the first row's)"
 timeout 150 "$BIN/cmpserve" bench --model $M/9b.gguf --device 0 --prompt-lens 512 --gen 32 \
     --depths 0,4096,32768 --batch 1,2,4,8,16 >"$LOG/bench9b_batch.txt" 2>&1 || status=1
 grep -iE "decode|batched" "$LOG/bench9b_batch.txt" >>"$S"
+# 24-64 sequences at depth 0 only (64 sequences at depth 32,768 would not fit the KV cache): the
+# calls whose kernel the per-shape timing picks (kernels/cuda/matmul_tune.h)
+timeout 120 "$BIN/cmpserve" bench --model $M/9b.gguf --device 0 --prompt-lens 512 --gen 32 \
+    --depths 0 --batch 1,24,32,48,64 >"$LOG/bench9b_batch64.txt" 2>&1 || status=1
+grep -iE "decode at" "$LOG/bench9b_batch64.txt" >>"$S"
 step "bench --kernels"
 timeout 120 "$BIN/cmpserve" bench --kernels --device 0 >"$LOG/bench_kernels.txt" 2>&1
 grep -iE "matmul only" "$LOG/bench_kernels.txt" >>"$S"
